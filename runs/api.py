@@ -1,0 +1,168 @@
+"""The runs part of the JSON API: create, append, read, wait, and the verbs (API.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest
+from ninja import Router
+
+from runs import kernel, selectors
+from runs.kernel.errors import NotFound
+from runs.kernel.validation import parse_body
+from runs.models import EffectRecord
+from runs.permissions import can_read_content
+from runs.schemas import (
+    AppendIn,
+    CreateIn,
+    EffectCount,
+    ErrorOut,
+    ReasonIn,
+    RunCreated,
+    RunOnly,
+    RunPage,
+    RunOut,
+    TraceOut,
+    ValueIn,
+    WaitOut,
+)
+
+router = Router(tags=["runs"])
+
+ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+
+
+def body_of(request: HttpRequest) -> Any:
+    """The request body, parsed once, refusing what the row store cannot hold (S30, S31)."""
+    cached = getattr(request, "_oz0_body", None)
+    if cached is None:
+        cached = parse_body(request.body)
+        request._oz0_body = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
+    run = selectors.run_for(request.user, run.pk)
+    return selectors.run_document(request.user, run)
+
+
+@router.post("/workspaces/{ws}/runs", response={201: RunCreated, **ERRORS}, summary="Create a run")
+def create_run(request: HttpRequest, ws: str, payload: CreateIn) -> tuple[int, dict[str, Any]]:
+    workspace = selectors.workspace_for(request.user, ws)
+    run, receipt = kernel.create_run(workspace=workspace, user=request.user, body=body_of(request))
+    return 201, {"run": _document(request, run), "receipt": receipt}
+
+
+@router.get("/workspaces/{ws}/runs", response={200: RunPage, **ERRORS}, summary="List a workspace's runs")
+def list_runs(
+    request: HttpRequest, ws: str, status: str | None = None, agent: str | None = None, cursor: str | None = None, limit: int = 50
+) -> dict[str, Any]:
+    workspace = selectors.workspace_for(request.user, ws)
+    return selectors.runs_page(request.user, workspace, status=status, agent=agent, cursor=cursor, limit=max(1, min(limit, 200)))
+
+
+@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="The run document")
+def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    run = selectors.run_for(request.user, run_id)
+    return selectors.run_document(request.user, run)
+
+
+@router.post("/runs/{run_id}/append", response={200: RunCreated, **ERRORS}, summary="Append tasks (S17)")
+def append(request: HttpRequest, run_id: str, payload: AppendIn) -> dict[str, Any]:
+    selectors.run_for(request.user, run_id)
+    run, receipt = kernel.append(run_id=run_id, user=request.user, body=body_of(request))
+    return {"run": _document(request, run), "receipt": receipt}
+
+
+@router.get("/runs/{run_id}/trace", response={200: TraceOut, **ERRORS}, by_alias=True, summary="The run's trace, oldest first")
+def trace(request: HttpRequest, run_id: str, after: int = 0, limit: int = 10_000) -> dict[str, Any]:
+    run = selectors.run_for(request.user, run_id)
+    return {"events": selectors.trace_documents(request.user, run, after=after, limit=max(1, min(limit, 10_000)))}
+
+
+@router.get("/runs/{run_id}/wait", response={200: WaitOut, **ERRORS}, by_alias=True, summary="Wait for events past a seq")
+async def wait(request: HttpRequest, run_id: str, after: int = 0, timeout: float = 30.0) -> dict[str, Any]:
+    """Blocks (without holding a server thread) until an event past `after` exists or the timeout passes."""
+    user = request.user
+    run = await sync_to_async(selectors.run_for)(user, run_id)
+    deadline = asyncio.get_running_loop().time() + max(0.0, min(timeout, 60.0))
+    while run.last_seq <= after and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+        run = await sync_to_async(selectors.run_for)(user, run_id)
+    return await sync_to_async(_wait_document)(user, run, after)
+
+
+def _wait_document(user: Any, run: Any, after: int) -> dict[str, Any]:
+    content = can_read_content(user, run)
+    summary = selectors.run_summary(run, content)
+    events = [selectors.event_document(e, content) for e in selectors.trace_events(run, after=after, limit=1000)]
+    return {**summary, "events": events}
+
+
+def _verb(request: HttpRequest, run_id: str, action: Any, **kwargs: Any) -> dict[str, Any]:
+    selectors.run_for(request.user, run_id)
+    run = action(run_id=run_id, user=request.user, **kwargs)
+    return {"run": _document(request, run)}
+
+
+@router.post("/runs/{run_id}/tasks/{key}/retry", response={200: RunOnly, **ERRORS}, summary="Retry a failed task (S14-S16)")
+def retry(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
+    return _verb(request, run_id, kernel.retry, key=key)
+
+
+@router.post("/runs/{run_id}/tasks/{key}/abandon", response={200: RunOnly, **ERRORS}, summary="Abandon a failed task (S14-S16)")
+def abandon(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
+    return _verb(request, run_id, kernel.abandon, key=key)
+
+
+@router.post("/runs/{run_id}/tasks/{key}/compact", response={200: RunOnly, **ERRORS}, summary="Compact a round (S14, S23)")
+def compact(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
+    return _verb(request, run_id, kernel.compact, key=key)
+
+
+@router.post("/runs/{run_id}/tasks/{key}/approve", response={200: RunOnly, **ERRORS}, summary="Approve a tool call (S5, S6)")
+def approve(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
+    return _verb(request, run_id, kernel.approve, key=key)
+
+
+@router.post("/runs/{run_id}/tasks/{key}/deny", response={200: RunOnly, **ERRORS}, summary="Deny a tool call (S5, S6)")
+def deny(request: HttpRequest, run_id: str, key: str, payload: ReasonIn | None = None) -> dict[str, Any]:
+    body = body_of(request) or {}
+    return _verb(request, run_id, kernel.deny, key=key, reason=str(body.get("reason", "")))
+
+
+@router.post("/runs/{run_id}/tasks/{key}/answer", response={200: RunOnly, **ERRORS}, summary="Answer a model's question (S9)")
+def answer(request: HttpRequest, run_id: str, key: str, payload: ValueIn) -> dict[str, Any]:
+    return _verb(request, run_id, kernel.answer, key=key, value=(body_of(request) or {}).get("value"))
+
+
+@router.post("/awaits/{token}", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token (S8)")
+def resolve_await(request: HttpRequest, token: str, payload: ValueIn) -> dict[str, Any]:
+    run = kernel.resolve_await(token=token, user=request.user, value=(body_of(request) or {}).get("value"))
+    return {"run": _document(request, run)}
+
+
+@router.post("/runs/{run_id}/cancel", response={200: RunOnly, **ERRORS}, summary="Cancel a run")
+def cancel(request: HttpRequest, run_id: str, payload: ReasonIn | None = None) -> dict[str, Any]:
+    body = body_of(request) or {}
+    return _verb(request, run_id, kernel.cancel_run, reason=str(body.get("reason", "")))
+
+
+@router.post("/runs/{run_id}/pause", response={200: RunOnly, **ERRORS}, summary="Pause dispatching")
+def pause(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    return _verb(request, run_id, kernel.pause_run)
+
+
+@router.post("/runs/{run_id}/resume", response={200: RunOnly, **ERRORS}, summary="Resume dispatching")
+def resume(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    return _verb(request, run_id, kernel.resume_run)
+
+
+@router.get("/test/effects/{effect_id}", response={200: EffectCount, **ERRORS}, summary="How often a test effect ran")
+def effect_count(request: HttpRequest, effect_id: str) -> dict[str, Any]:
+    if not settings.OZ0_TEST_TOOLS:
+        raise NotFound("test tool ledger")
+    return {"id": effect_id, "count": EffectRecord.objects.filter(effect_id=effect_id).count()}

@@ -1,0 +1,1390 @@
+"""Every run and task transition (see the package docstring for the rules they keep)."""
+
+from __future__ import annotations
+
+import fnmatch
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from oz0site.realtime import publish, run_group, workspace_group
+from runs import failures
+from runs.kernel import graph
+from runs.kernel.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from runs.kernel.validation import TaskSpec, check_storable, compile_approval, compile_tasks
+from runs.models import (
+    AgentVersion,
+    Edge,
+    Finding,
+    Run,
+    RunStatus,
+    Task,
+    TaskStatus,
+    TraceEvent,
+    Workspace,
+)
+from runs.permissions import has_write_standing, is_member
+
+LIVE = tuple(graph.LIVE_STATUSES)
+FAILED = tuple(graph.FAILED_STATUSES)
+RUN_OPEN = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.NEEDS_ATTENTION)
+KERNEL_EXECUTED = ("tool", "round", "summarizer")
+
+
+@dataclass
+class _Txn:
+    """One kernel transaction on one run, holding the run's row lock."""
+
+    run: Run
+    actor: str
+    now: datetime = field(default_factory=timezone.now)
+    events: list[TraceEvent] = field(default_factory=list)
+    dispatch: list[int] = field(default_factory=list)
+    cache: dict[str, Task] = field(default_factory=dict)
+    changed: bool = False
+    check_run: bool = False
+    restamp: bool = False
+    announce: bool = False
+    run_fields: set[str] = field(default_factory=set)
+    finding_step: Task | None = None
+
+    # ---- trace ----
+    def event(
+        self,
+        task_key: str | None,
+        event: str,
+        from_status: str | None = None,
+        to_status: str | None = None,
+        *,
+        error: dict[str, Any] | None = None,
+        data: dict[str, Any] | None = None,
+        actor: str | None = None,
+    ) -> None:
+        self.run.last_seq += 1
+        self.run_fields.add("last_seq")
+        self.changed = True
+        self.events.append(
+            TraceEvent(
+                run=self.run,
+                seq=self.run.last_seq,
+                at=self.now,
+                task_key=task_key,
+                event=event,
+                from_status=from_status,
+                to_status=to_status,
+                error=error,
+                actor=self.actor if actor is None else actor,
+                data=data,
+            )
+        )
+
+    # ---- run ----
+    def set_run(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self.run, name, value)
+            self.run_fields.add(name)
+        self.changed = True
+
+    def move_run(self, to: str, **fields: Any) -> None:
+        before = self.run.status
+        if before == to:
+            return
+        self.set_run(status=to, **fields)
+        self.event(None, "run_status", before, to)
+
+    # ---- tasks ----
+    def remember(self, tasks: Iterable[Task]) -> None:
+        for task in tasks:
+            self.cache[task.key] = task
+
+    def move(self, task: Task, to: str, *, error: tuple[str, str | None] | None = None, event_data: dict[str, Any] | None = None, **fields: Any) -> None:
+        """Compare-and-set one task's status and trace it."""
+        before = task.status
+        values: dict[str, Any] = {"status": to, **fields}
+        if error is not None:
+            values["error_key"], values["error_detail"] = error
+        updated = Task.objects.filter(pk=task.pk, status=before).update(**values)
+        if updated != 1:
+            raise Conflict("stale_task", f"task {task.key!r} is no longer {before}")
+        for name, value in values.items():
+            setattr(task, name, value)
+        self.cache[task.key] = task
+        self.event(
+            task.key,
+            "status",
+            before,
+            to,
+            error={"key": error[0], "detail": error[1]} if error else None,
+            data=event_data,
+        )
+        self.check_run = True
+        if to in ("needs_approval", "awaiting_input") or before in ("needs_approval", "awaiting_input"):
+            self.announce = True
+            self.restamp = True
+        if to in FAILED or before in FAILED:
+            self.restamp = True
+
+    def move_many(self, tasks: Sequence[Task], to: str, *, error: tuple[str, str | None] | None = None, **fields: Any) -> None:
+        """The same transition for many tasks at once (skips and cancels over large graphs)."""
+        by_status: dict[str, list[Task]] = {}
+        for task in tasks:
+            by_status.setdefault(task.status, []).append(task)
+        values: dict[str, Any] = {"status": to, **fields}
+        if error is not None:
+            values["error_key"], values["error_detail"] = error
+        for before, group in by_status.items():
+            ids = [t.pk for t in group]
+            updated = Task.objects.filter(pk__in=ids, status=before).update(**values)
+            if updated != len(ids):
+                raise Conflict("stale_task", "tasks changed under the run lock")
+            for task in group:
+                for name, value in values.items():
+                    setattr(task, name, value)
+                self.cache[task.key] = task
+                self.event(task.key, "status", before, to, error={"key": error[0], "detail": error[1]} if error else None)
+            if before in ("needs_approval", "awaiting_input"):
+                self.announce = True
+                self.restamp = True
+        self.check_run = True
+
+    def resolve(self, task: Task, resolution: str | None, **data: Any) -> None:
+        Task.objects.filter(pk=task.pk).update(failure_resolution=resolution)
+        task.failure_resolution = resolution
+        self.cache[task.key] = task
+        self.event(task.key, "resolved", data={"resolution": resolution, **data})
+        self.restamp = True
+        self.check_run = True
+
+    def tasks_by_key(self, keys: Iterable[str]) -> dict[str, Task]:
+        wanted = set(keys)
+        missing = wanted - self.cache.keys()
+        if missing:
+            self.remember(Task.objects.filter(run=self.run, key__in=missing))
+        return {k: self.cache[k] for k in wanted if k in self.cache}
+
+    # ---- commit ----
+    def finish(self) -> None:
+        if self.check_run:
+            _settle_run(self)
+        if self.restamp:
+            _restamp(self)
+        if self.announce:
+            _announce(self)
+        if self.events:
+            TraceEvent.objects.bulk_create(self.events)
+        if self.run_fields:
+            self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
+        if self.dispatch:
+            ids = list(dict.fromkeys(self.dispatch))
+            transaction.on_commit(lambda: _send(ids))
+        if self.changed:
+            run = self.run
+            payload = {
+                "type": "run.changed",
+                "run": str(run.id),
+                "workspace": run.workspace_id,
+                "status": run.status,
+                "seq": run.last_seq,
+                "attention": (run.attention or {}).get("reason"),
+                "tasks": sorted({e.task_key for e in self.events if e.task_key})[:50],
+            }
+            groups = [run_group(run.id), workspace_group(run.workspace_id)]
+            transaction.on_commit(lambda: publish(groups, payload))
+
+
+def _send(task_ids: list[int]) -> None:
+    from runs.tasks import execute_task
+
+    for task_id in task_ids:
+        execute_task.delay(task_id)
+
+
+@contextmanager
+def _locked(run_id: Any, actor: str = "") -> Iterator[_Txn]:
+    with transaction.atomic():
+        try:
+            run = Run.objects.select_for_update().get(pk=run_id)
+        except (Run.DoesNotExist, ValueError, TypeError):
+            raise NotFound("run") from None
+        txn = _Txn(run=run, actor=actor)
+        yield txn
+        txn.finish()
+
+
+def _actor_name(user: Any) -> str:
+    if user is None:
+        return "kernel"
+    return getattr(user, "username", str(user))
+
+
+def _require_write(user: Any, workspace_id: int) -> None:
+    if user is None:
+        return  # the kernel's own callers (sweeps, the demo loader) act for the platform
+    if not is_member(user, workspace_id):
+        raise NotFound("workspace")
+    if not has_write_standing(user, workspace_id):
+        raise Forbidden()
+
+
+# =====================================================================
+# create and append
+# =====================================================================
+
+
+def create_run(*, workspace: Workspace, user: Any, body: Mapping[str, Any]) -> tuple[Run, dict[str, Any]]:
+    """Validate the whole request, then write the run, its tasks and their first moves (S30-S32)."""
+    _require_write(user, workspace.pk)
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("invalid_request", "the body must be a JSON object")
+    check_storable(body)
+    unknown = set(body) - {"agent", "input", "tasks", "deliverable", "approval", "retry", "private"}
+    if unknown:
+        raise InvalidRequest("unknown_field", f"unknown field(s): {', '.join(sorted(unknown))}")
+    agent_version = _agent_version(body.get("agent"))
+    manifest = agent_version.manifest if agent_version else {}
+    raw_tasks = body.get("tasks")
+    if not raw_tasks and agent_version is not None:
+        raw_tasks = [_agent_round(manifest, body.get("input"))]
+    if not raw_tasks:
+        raise InvalidRequest("missing_input", "a run needs `tasks`, or an `agent` whose manifest drives it")
+    deliverable = body.get("deliverable")
+    if deliverable is None and isinstance(raw_tasks, list) and raw_tasks and isinstance(raw_tasks[-1], Mapping):
+        deliverable = raw_tasks[-1].get("key")
+    compiled = compile_tasks(raw_tasks, deliverable=deliverable)
+    approval = compile_approval(body.get("approval"), default_mode=str(manifest.get("approval", {}).get("mode", "ask")))
+    if not body.get("approval") and manifest.get("approval", {}).get("rules"):
+        approval["rules"] = list(manifest["approval"]["rules"])
+    retry_budget = _retry_budget(body.get("retry"))
+    private = body.get("private", False)
+    if not isinstance(private, bool):
+        raise InvalidRequest("invalid_field", "`private` must be true or false")
+
+    with transaction.atomic():
+        run = Run.objects.create(
+            workspace=workspace,
+            agent_version=agent_version,
+            agent_name=agent_version.agent.name if agent_version else "",
+            created_by=user if user is not None and user.is_authenticated else None,
+            private=private,
+            input=body.get("input"),
+            deliverable=compiled.deliverable or "",
+            approval=approval,
+            retry_budget=retry_budget,
+        )
+        txn = _Txn(run=run, actor=_actor_name(user))
+        txn.event(None, "run_created", None, RunStatus.PENDING, data={"agent": run.agent_name or None, "version": agent_version.version if agent_version else None})
+        receipt = _add_tasks(txn, compiled.tasks)
+        txn.check_run = True
+        txn.finish()
+    return run, receipt
+
+
+def append(*, run_id: Any, user: Any, body: Mapping[str, Any]) -> tuple[Run, dict[str, Any]]:
+    """Add tasks to a run; an applied append releases a hold back to running (S17)."""
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("invalid_request", "the body must be a JSON object")
+    check_storable(body)
+    unknown = set(body) - {"tasks", "deliverable"}
+    if unknown:
+        raise InvalidRequest("unknown_field", f"unknown field(s): {', '.join(sorted(unknown))}")
+    raw_tasks = body.get("tasks") or []
+    if not raw_tasks:
+        raise InvalidRequest("missing_input", "an append needs `tasks`")
+    with _locked(run_id, _actor_name(user)) as txn:
+        run = txn.run
+        _require_write(user, run.workspace_id)
+        if run.status not in RUN_OPEN:
+            raise Conflict("run_finished" if run.status in (RunStatus.COMPLETED, RunStatus.CANCELED) else "run_canceling", f"the run is {run.status}")
+        referenced: set[str] = set()
+        if isinstance(raw_tasks, list):
+            for raw in raw_tasks:
+                if isinstance(raw, Mapping):
+                    referenced.add(str(raw.get("key")))
+                    after = raw.get("after")
+                    if isinstance(after, list):
+                        referenced.update(str(a) for a in after)
+        if isinstance(body.get("deliverable"), str):
+            referenced.add(body["deliverable"])
+        existing = dict(Task.objects.filter(run=run, key__in=referenced).values_list("key", "kind"))
+        compiled = compile_tasks(raw_tasks, existing_keys=existing, deliverable=body.get("deliverable"))
+        if compiled.deliverable:
+            txn.set_run(deliverable=compiled.deliverable)
+        txn.event(None, "appended", data={"keys": [t.key for t in compiled.tasks], "deliverable": compiled.deliverable})
+        receipt = _add_tasks(txn, compiled.tasks)
+        if run.status == RunStatus.NEEDS_ATTENTION:
+            _release_hold(txn)
+        txn.check_run = True
+    return txn.run, receipt
+
+
+def _agent_version(name: Any) -> AgentVersion | None:
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise InvalidRequest("invalid_field", "`agent` must be an agent's name")
+    version = AgentVersion.objects.select_related("agent").filter(agent__name=name).order_by("-version").first()
+    if version is None:
+        raise InvalidRequest("unknown_agent", f"no agent named {name!r} is registered")
+    return version
+
+
+def _agent_round(manifest: Mapping[str, Any], run_input: Any) -> dict[str, Any]:
+    """The first round of an agent's manifest loop."""
+    tools = [t for t in manifest.get("tools", []) if isinstance(t, str)]
+    return {
+        "key": "r1",
+        "kind": "round",
+        "model": manifest.get("model", "script"),
+        "fallback_models": list(manifest.get("fallback_models", [])),
+        "prompt": manifest.get("instructions", ""),
+        "tools": tools,
+        **({"script": manifest["script"]} if "script" in manifest else {}),
+    }
+
+
+def _retry_budget(raw: Any) -> int:
+    if raw is None:
+        return 0
+    budget = raw.get("budget", 0) if isinstance(raw, Mapping) else None
+    if not isinstance(budget, int) or isinstance(budget, bool) or not 0 <= budget <= 100:
+        raise InvalidRequest("invalid_field", "`retry` must be {budget: a whole number from 0 to 100}")
+    return budget
+
+
+def _add_tasks(txn: _Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:
+    """Insert task rows and edges, trace them, and make their first moves. Returns the receipt."""
+    if not specs:
+        return {"tokens": {}}
+    run = txn.run
+    start = (Task.objects.filter(run=run).aggregate(m=Max("position"))["m"] or 0) + 1
+    tokens: dict[str, str] = {}
+    rows = []
+    for offset, spec in enumerate(specs):
+        token = None
+        if spec.kind == "await" and not spec.composed:
+            token = secrets.token_urlsafe(24)
+            tokens[spec.key] = token
+        rows.append(
+            Task(
+                run=run,
+                key=spec.key,
+                kind=spec.kind,
+                after=spec.after,
+                on_failure=spec.on_failure,
+                spec=spec.spec,
+                composed=spec.composed,
+                lineage=spec.lineage or spec.key,
+                resolution_token=token,
+                position=start + offset,
+            )
+        )
+    created = Task.objects.bulk_create(rows)
+    txn.remember(created)
+    Edge.objects.bulk_create([Edge(run=run, source=source, consumer=task) for task in created for source in task.after])
+    for task in created:
+        data: dict[str, Any] = {"kind": task.kind, "after": task.after, "on_failure": task.on_failure}
+        if task.kind == "join":
+            data["mode"] = task.spec.get("mode")
+        if task.composed:
+            data["composed"] = True
+        txn.event(task.key, "task_added", None, TaskStatus.WAITING, data=data)
+    settled = _evaluate(txn, created)
+    _release(txn, settled)
+    return {"tokens": tokens}
+
+
+# =====================================================================
+# scheduling
+# =====================================================================
+
+
+def _source_states(txn: _Txn, task: Task) -> list[graph.SourceState]:
+    sources = txn.tasks_by_key(task.after)
+    return [graph.source_state(s.status, s.on_failure, s.failure_resolution) for s in (sources[k] for k in task.after)]
+
+
+def _evaluate(txn: _Txn, tasks: Sequence[Task]) -> list[str]:
+    """Decide each waiting, unqueued task from its sources. Returns keys that settled."""
+    settled: list[str] = []
+    to_skip: list[tuple[Task, str]] = []
+    txn.tasks_by_key({s for t in tasks for s in t.after})
+    for task in tasks:
+        if task.status != TaskStatus.WAITING or task.ready:
+            continue
+        states = _source_states(txn, task)
+        decision = graph.decide(task.kind, task.spec.get("mode"), task.spec.get("quorum"), states)
+        if decision == "ready":
+            _make_ready(txn, task)
+        elif decision == "skip":
+            to_skip.append((task, _skip_cause(txn, task)))
+        elif decision == "complete":
+            _complete_join(txn, task)
+            settled.append(task.key)
+    if to_skip:
+        by_cause: dict[str, list[Task]] = {}
+        for task, cause in to_skip:
+            by_cause.setdefault(cause, []).append(task)
+        for cause, group in by_cause.items():
+            txn.move_many(group, TaskStatus.SKIPPED, skipped_by=cause, finished_at=txn.now)
+        for task, _ in to_skip:
+            settled.append(task.key)
+            if task.kind == "join" and task.spec.get("mode") in ("any", "quorum"):
+                _cancel_losers(txn, task)
+    return settled
+
+
+def _skip_cause(txn: _Txn, task: Task) -> str:
+    sources = txn.tasks_by_key(task.after)
+    for key in task.after:
+        source = sources[key]
+        if graph.source_state(source.status, source.on_failure, source.failure_resolution) == "bad":
+            return source.skipped_by or source.key
+    return task.key
+
+
+def _release(txn: _Txn, keys: Sequence[str]) -> None:
+    """Re-decide the consumers of settled keys, level by level (linear in the edges touched)."""
+    frontier = list(keys)
+    while frontier:
+        consumer_ids = Edge.objects.filter(run=txn.run, source__in=frontier).values_list("consumer_id", flat=True)
+        consumers = list(Task.objects.filter(pk__in=consumer_ids, status=TaskStatus.WAITING, ready=False))
+        if not consumers:
+            return
+        # Prefer rows this transaction already changed over the fresh copies.
+        consumers = [txn.cache.get(c.key, c) for c in consumers]
+        txn.remember(consumers)
+        frontier = _evaluate(txn, consumers)
+
+
+def _make_ready(txn: _Txn, task: Task) -> None:
+    Task.objects.filter(pk=task.pk, status=TaskStatus.WAITING).update(ready=True, queued_at=txn.now)
+    task.ready = True
+    task.queued_at = txn.now
+    txn.check_run = True
+    if txn.run.status != RunStatus.PAUSED:
+        _start(txn, task)
+
+
+def _start(txn: _Txn, task: Task) -> None:
+    """Take a ready task into its kind's first live state, or queue it for a worker."""
+    if txn.run.status == RunStatus.PENDING:
+        txn.move_run(RunStatus.RUNNING)
+    if task.kind == "await":
+        deadline = txn.now + timedelta(seconds=float(task.spec["timeout_s"])) if task.spec.get("timeout_s") else None
+        to = TaskStatus.AWAITING_INPUT if task.composed else TaskStatus.DISPATCHED
+        txn.move(task, to, ready=False, attempt=task.attempt + 1, started_at=txn.now, deadline_at=deadline)
+        return
+    if task.kind == "tool":
+        if task.composed and not _approval_granted(txn, task):
+            return
+        from runs.tools import get_tool
+
+        tool = get_tool(task.spec["tool"])
+        if tool is None:
+            txn.move(task, TaskStatus.FAILED, ready=False, error=("tool_not_served", f"no tool named {task.spec['tool']!r} is installed"), finished_at=txn.now)
+            _after_failure(txn, task)
+            return
+        if tool.runner:
+            txn.move(task, TaskStatus.DISPATCHED, ready=False, claim=None, heartbeat_at=None)
+            return
+    txn.dispatch.append(task.pk)
+
+
+def _approval_granted(txn: _Txn, task: Task) -> bool:
+    """The approval stage of a model-composed call (S4-S6). True when it may run now."""
+    approval = txn.run.approval or {}
+    mode = approval.get("mode", "ask")
+    tool_name = task.spec.get("tool", "")
+    if task.state.get("approved"):
+        return True
+    decision = None
+    if mode == "bypass":
+        decision = "allow"
+    elif mode == "rules":
+        for rule in approval.get("rules", []):
+            if fnmatch.fnmatchcase(tool_name, rule["tool"]):
+                decision = rule["decision"]
+                break
+    if decision == "allow":
+        # Crossed and granted in this one transaction: never observed at rest.
+        txn.event(task.key, "approval_granted", data={"by": mode})
+        return True
+    if decision == "deny":
+        txn.event(task.key, "approval_denied", data={"by": "rules"})
+        txn.move(task, TaskStatus.FAILED, ready=False, error=("approval_denied", "a rule denied the call"), finished_at=txn.now)
+        _after_failure(txn, task)
+        return False
+    park = float(settings.OZ0_APPROVAL_PARK_SECONDS)
+    txn.move(task, TaskStatus.NEEDS_APPROVAL, ready=False, deadline_at=txn.now + timedelta(seconds=park))
+    return False
+
+
+def _complete_join(txn: _Txn, task: Task) -> None:
+    sources = txn.tasks_by_key(task.after)
+    values = {
+        key: (sources[key].result or {}).get("value")
+        for key in task.after
+        if graph.source_state(sources[key].status, sources[key].on_failure, sources[key].failure_resolution) == "ok"
+    }
+    if task.spec.get("mode") == "any":
+        first = next(iter(values))
+        result: dict[str, Any] = {"value": values[first], "winner": first}
+    else:
+        result = {"value": values}
+    txn.move(task, TaskStatus.COMPLETED, result=result, finished_at=txn.now)
+    if task.spec.get("mode") in ("any", "quorum"):
+        _cancel_losers(txn, task)
+
+
+def _cancel_losers(txn: _Txn, join: Task) -> None:
+    """A settled any|quorum join cancels its unfinished sources nobody else needs (S16),
+    and absorbs halt losers whose every consumer the race has settled."""
+    pending = list(join.after)
+    seen: set[str] = set()
+    while pending:
+        keys = [k for k in pending if k not in seen]
+        seen.update(keys)
+        pending = []
+        sources = txn.tasks_by_key(keys)
+        consumer_rows = Edge.objects.filter(run=txn.run, source__in=keys).values_list("source", "consumer__key")
+        consumers: dict[str, list[str]] = {}
+        for source, consumer in consumer_rows:
+            consumers.setdefault(source, []).append(consumer)
+        consumer_tasks = txn.tasks_by_key({c for cs in consumers.values() for c in cs})
+        for key in keys:
+            source = sources[key]
+            settled_by_race = all(_race_settled(consumer_tasks[c]) for c in consumers.get(key, []))
+            if not settled_by_race:
+                continue
+            if source.status == TaskStatus.WAITING or source.status in LIVE:
+                _cancel_task(txn, source, "join_loser_canceled", f"join {join.key!r} had its answer")
+                pending.extend(source.after)
+            elif (
+                source.status in FAILED
+                and source.failure_resolution is None
+                and source.on_failure == "halt"
+            ):
+                txn.resolve(source, "absorbed", by=join.key)
+
+
+def _race_settled(consumer: Task) -> bool:
+    barrier = consumer.kind == "join" and consumer.spec.get("mode") in ("any", "quorum") and consumer.status in graph.SETTLED_STATUSES
+    return barrier or (consumer.status == TaskStatus.CANCELED and consumer.error_key == "join_loser_canceled")
+
+
+def _cancel_task(txn: _Txn, task: Task, error_key: str, detail: str) -> None:
+    """Cancel one unfinished task; a held call (running, or claimed by a runner) is told to stop."""
+    if task.status in (TaskStatus.RUNNING,) or (task.status == TaskStatus.DISPATCHED and task.kind == "tool" and task.claim):
+        Task.objects.filter(pk=task.pk).update(cancel_requested=True)
+        task.cancel_requested = True
+    txn.move(task, TaskStatus.CANCELED, ready=False, error=(error_key, detail), finished_at=txn.now)
+
+
+# =====================================================================
+# run-level settling: quiescence, holds, attention, announcements
+# =====================================================================
+
+
+def _busy(run: Run) -> bool:
+    return Task.objects.filter(run=run).filter(Q(status__in=LIVE) | Q(status=TaskStatus.WAITING, ready=True)).exists()
+
+
+def _pending_failure_keys(run: Run) -> list[str]:
+    rows = (
+        Task.objects.filter(run=run, status__in=FAILED, failure_resolution__isnull=True)
+        .exclude(on_failure="absorb")
+        .order_by("position")
+        .values_list("key", "status", "on_failure", "failure_resolution")
+    )
+    return [key for key, status, policy, resolution in rows if graph.is_pending_failure(status, policy, resolution)]
+
+
+def _settle_run(txn: _Txn) -> None:
+    run = txn.run
+    if run.status == RunStatus.CANCELING:
+        if not Task.objects.filter(run=run, status__in=LIVE).exists():
+            leftovers = list(Task.objects.filter(run=run, status=TaskStatus.WAITING))
+            if leftovers:
+                txn.move_many(leftovers, TaskStatus.CANCELED, ready=False, error=("run_canceled", None), finished_at=txn.now)
+            _finish_canceled(txn)
+        return
+    if run.status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION):
+        return
+    if _busy(run):
+        if run.status == RunStatus.NEEDS_ATTENTION:
+            _release_hold(txn)
+        return
+    pending = _pending_failure_keys(run)
+    if pending:
+        _hold(txn, "halt_failure", pending)
+        return
+    deliverable = Task.objects.filter(run=run, key=run.deliverable).first()
+    if deliverable is not None and deliverable.status == TaskStatus.COMPLETED:
+        output = (deliverable.result or {}).get("value")
+        txn.set_run(output=output, attention=None, held_since=None, finished_at=txn.now, announcements=[])
+        txn.move_run(RunStatus.COMPLETED)
+        return
+    _hold(txn, "deliverable_unresolved", [run.deliverable])
+
+
+def _hold(txn: _Txn, reason: str, keys: list[str]) -> None:
+    run = txn.run
+    attention = {"reason": reason, "blocked_task_keys": keys}
+    if run.attention != attention:
+        txn.set_run(attention=attention)
+        txn.event(None, "attention", data=attention)
+    if run.held_since is None:
+        txn.set_run(held_since=txn.now)
+    txn.move_run(RunStatus.NEEDS_ATTENTION)
+    txn.restamp = False
+
+
+def _release_hold(txn: _Txn) -> None:
+    txn.set_run(held_since=None)
+    txn.move_run(RunStatus.RUNNING)
+    txn.restamp = True
+
+
+def _restamp(txn: _Txn) -> None:
+    """Keep run.attention true to the live asks and pending failures; a standing stamp is
+    never replaced by another reason while its own cause remains (S21)."""
+    run = txn.run
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELED, RunStatus.CANCELING):
+        return
+    if run.status == RunStatus.NEEDS_ATTENTION:
+        return  # the hold's own stamp stands until the hold is released
+    asks = list(
+        Task.objects.filter(run=run, status=TaskStatus.AWAITING_INPUT, composed=True).order_by("position").values_list("key", flat=True)
+    )
+    pending = _pending_failure_keys(run)
+    current = (run.attention or {}).get("reason")
+    stamp: dict[str, Any] | None
+    if current == "halt_failure" and pending:
+        stamp = {"reason": "halt_failure", "blocked_task_keys": pending}
+    elif current == "awaiting_human" and asks:
+        stamp = {"reason": "awaiting_human", "blocked_task_keys": asks}
+    elif pending:
+        stamp = {"reason": "halt_failure", "blocked_task_keys": pending}
+    elif asks:
+        stamp = {"reason": "awaiting_human", "blocked_task_keys": asks}
+    else:
+        stamp = None
+    if stamp != run.attention:
+        txn.set_run(attention=stamp)
+        txn.event(None, "attention", data=stamp)
+
+
+def _announce(txn: _Txn) -> None:
+    run = txn.run
+    statuses = set(
+        Task.objects.filter(run=run, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT), composed=True).values_list(
+            "status", flat=True
+        )
+    )
+    announcements = []
+    if run.status not in (RunStatus.COMPLETED, RunStatus.CANCELED):
+        if TaskStatus.NEEDS_APPROVAL in statuses:
+            announcements.append("approval_required")
+        if TaskStatus.AWAITING_INPUT in statuses:
+            announcements.append("awaiting_human")
+    if announcements != list(run.announcements):
+        txn.set_run(announcements=announcements)
+        for name in set(announcements) - set(run.announcements or []):
+            txn.event(None, "announced", data={"announcement": name})
+
+
+def _finish_canceled(txn: _Txn) -> None:
+    run = txn.run
+    txn.set_run(finished_at=txn.now, announcements=[], held_since=None)
+    txn.move_run(RunStatus.CANCELED)
+    failure = run.failure or failures.platform_failure("cancelled", None)
+    step = txn.finding_step
+    Finding.objects.create(
+        run_id=run.id,
+        workspace_id=run.workspace_id,
+        agent_name=run.agent_name,
+        agent_version=run.agent_version.version if run.agent_version_id else None,  # type: ignore[union-attr]
+        kind=failure["kind"],
+        retryable=failure["retryable"],
+        partial=failure["partial"],
+        person=failure["person"],
+        declared=failure["declared"],
+        step_key=step.key if step else "",
+        step_kind=step.kind if step else "",
+        error_key=(step.error_key or "") if step else "",
+        attempts=step.attempt if step else 0,
+        created_at=txn.now,
+    )
+
+
+# =====================================================================
+# worker-side: claim, heartbeat, report
+# =====================================================================
+
+
+@dataclass(frozen=True)
+class Claimed:
+    task_id: int
+    run_id: str
+    key: str
+    kind: str
+    spec: dict[str, Any]
+    attempt: int
+    claim: str
+    state: dict[str, Any]
+    lineage: str
+
+
+def claim_task(task_id: int, claim: str) -> Claimed | None:
+    """Take a queued task for execution. A redelivered or duplicate message finds nothing to take."""
+    run_id = Task.objects.filter(pk=task_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        return None
+    with _locked(run_id, "worker") as txn:
+        if txn.run.status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION):
+            return None
+        task = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING, ready=True).first()
+        if task is None or task.kind not in KERNEL_EXECUTED:
+            return None
+        txn.move(task, TaskStatus.RUNNING, ready=False, claim=claim, heartbeat_at=txn.now, started_at=txn.now, attempt=task.attempt + 1, cancel_requested=False)
+        return Claimed(task.pk, str(task.run_id), task.key, task.kind, task.spec, task.attempt, claim, task.state, task.lineage)
+
+
+def heartbeat(task_id: int, claim: str) -> bool:
+    """Prove the claimant alive. Returns True when the kernel wants the call to stop."""
+    updated = Task.objects.filter(pk=task_id, claim=claim, status=TaskStatus.RUNNING).update(heartbeat_at=timezone.now())
+    if not updated:
+        return True
+    return bool(Task.objects.filter(pk=task_id).values_list("cancel_requested", flat=True).first())
+
+
+def _claimed(txn: _Txn, task_id: int, claim: str) -> Task | None:
+    task = Task.objects.filter(pk=task_id, run=txn.run, claim=claim, status__in=(TaskStatus.RUNNING, TaskStatus.DISPATCHED)).first()
+    if task is not None:
+        txn.remember([task])
+    return task
+
+
+def _run_of(task_id: int) -> Any:
+    run_id = Task.objects.filter(pk=task_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        raise NotFound("task")
+    return run_id
+
+
+def task_complete(task_id: int, claim: str, value: Any, *, extra: Mapping[str, Any] | None = None, state: Mapping[str, Any] | None = None) -> bool:
+    """The claimant finished the call. False when the claim was lost (a cancel or a sweep won)."""
+    with _locked(_run_of(task_id), "worker") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        result = {**_merge_result(txn, task, extra), "value": value}
+        fields: dict[str, Any] = {"result": result, "finished_at": txn.now, "claim": None}
+        if state is not None:
+            fields["state"] = dict(state)
+        txn.move(task, TaskStatus.COMPLETED, **fields)
+        _release(txn, [task.key])
+        return True
+
+
+def task_fail(
+    task_id: int,
+    claim: str,
+    error_key: str,
+    detail: str | None = None,
+    *,
+    status: str = TaskStatus.FAILED,
+    extra: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+) -> bool:
+    """The claimant's call failed with a typed error."""
+    with _locked(_run_of(task_id), "worker") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        fields: dict[str, Any] = {"finished_at": txn.now, "claim": None}
+        if extra:
+            fields["result"] = _merge_result(txn, task, extra)
+        if state is not None:
+            fields["state"] = dict(state)
+        if _auto_retry(txn, task, error_key, detail, fields):
+            return True
+        txn.move(task, status, error=(error_key, detail), **fields)
+        _after_failure(txn, task)
+        return True
+
+
+def _auto_retry(txn: _Txn, task: Task, error_key: str, detail: str | None, fields: dict[str, Any]) -> bool:
+    """S28: a failed model step re-runs automatically `retry.budget` times before its policy applies."""
+    if task.kind not in ("round", "summarizer") or txn.run.status == RunStatus.CANCELING or task.cancel_requested:
+        return False
+    used = int(task.state.get("auto_retries", 0))
+    if used >= txn.run.retry_budget:
+        return False
+    state = {**task.state, **(fields.get("state") or {}), "auto_retries": used + 1}
+    txn.move(task, TaskStatus.FAILED, error=(error_key, detail), **{**fields, "state": state})
+    txn.event(task.key, "auto_retry", data={"used": used + 1, "budget": txn.run.retry_budget})
+    txn.move(task, TaskStatus.WAITING, ready=False, error_key=None, error_detail=None, finished_at=None)
+    _make_ready(txn, task)
+    return True
+
+
+def _after_failure(txn: _Txn, task: Task) -> None:
+    """Apply the failed task's own policy (S11-S13)."""
+    if txn.run.status == RunStatus.CANCELING:
+        return
+    if task.on_failure == "absorb":
+        txn.resolve(task, "absorbed")
+        _release(txn, [task.key])
+        return
+    if task.status == TaskStatus.UNCERTAIN or task.on_failure == "halt":
+        consumers = list(Edge.objects.filter(run=txn.run, source=task.key).values_list("consumer__key", flat=True))
+        consumer_tasks = txn.tasks_by_key(consumers)
+        if consumers and all(_race_settled(c) for c in consumer_tasks.values()):
+            txn.resolve(task, "absorbed", by="race")
+        txn.restamp = True
+        return
+    _release(txn, [task.key])
+
+
+def task_stopped(task_id: int, claim: str) -> bool:
+    """The claimant stopped because the kernel asked it to (a run cancel)."""
+    with _locked(_run_of(task_id), "worker") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), finished_at=txn.now, claim=None)
+        return True
+
+
+# =====================================================================
+# verbs
+# =====================================================================
+
+
+def _trace_rows(run: Run) -> list[dict[str, Any]]:
+    return [
+        {"task": key, "event": event, "to": to, "error": error, "data": data}
+        for key, event, to, error, data in TraceEvent.objects.filter(run=run)
+        .order_by("seq")
+        .values_list("task_key", "event", "to_status", "error", "data")
+    ]
+
+
+def _verb_task(txn: _Txn, user: Any, key: str) -> Task:
+    _require_write(user, txn.run.workspace_id)
+    if txn.run.status in (RunStatus.COMPLETED, RunStatus.CANCELED):
+        raise Conflict("run_finished", f"the run is {txn.run.status}; it accepts no verb but reading")
+    task = Task.objects.filter(run=txn.run, key=key).first()
+    if task is None:
+        raise NotFound("task")
+    txn.remember([task])
+    return task
+
+
+def _require_candidate(txn: _Txn, task: Task) -> None:
+    if txn.run.status == RunStatus.CANCELING:
+        raise Conflict("run_canceling", "the run is being canceled")
+    if task.key not in graph.repair_candidates(_trace_rows(txn.run)):
+        raise Conflict("not_a_candidate", f"task {task.key!r} is not a retry or abandon candidate (S15, S16)")
+
+
+def retry(*, run_id: Any, key: str, user: Any) -> Run:
+    """Run a failed task again under its own lineage; what its failure skipped comes back."""
+    with _locked(run_id, _actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        _require_candidate(txn, task)
+        if task.kind in ("round", "summarizer"):
+            refusal = _route_refusal(task)
+            if refusal:
+                raise Conflict("model_route_spent", refusal)
+        txn.event(task.key, "verb", data={"verb": "retry"})
+        txn.resolve(task, "retried")
+        txn.move(task, TaskStatus.WAITING, ready=False, claim=None, cancel_requested=False, error_key=None, error_detail=None, finished_at=None)
+        revived = list(Task.objects.filter(run=txn.run, status=TaskStatus.SKIPPED, skipped_by=task.key))
+        if revived:
+            revived = [txn.cache.get(t.key, t) for t in revived]
+            txn.move_many(revived, TaskStatus.WAITING, skipped_by=None, ready=False, finished_at=None)
+        if txn.run.status == RunStatus.NEEDS_ATTENTION:
+            _release_hold(txn)
+        _make_ready(txn, task)
+        settled = _evaluate(txn, revived)
+        _release(txn, settled)
+        return txn.run
+
+
+def abandon(*, run_id: Any, key: str, user: Any) -> Run:
+    """Settle a failure as resolved: it no longer holds the run, and its dependents are skipped."""
+    with _locked(run_id, _actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        _require_candidate(txn, task)
+        txn.event(task.key, "verb", data={"verb": "abandon"})
+        txn.resolve(task, "abandoned")
+        _release(txn, [task.key])
+        if txn.run.status == RunStatus.NEEDS_ATTENTION:
+            _release_hold(txn)
+        return txn.run
+
+
+def compact(*, run_id: Any, key: str, user: Any) -> Run:
+    """Repair a round by authoring a summarizer for it (S14, S23)."""
+    with _locked(run_id, _actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        if task.kind != "round":
+            raise Conflict("not_a_candidate", "only a round can be compacted")
+        _require_candidate(txn, task)
+        txn.event(task.key, "verb", data={"verb": "compact"})
+        if not arm_compaction_in(txn, task, {}):
+            raise Conflict("not_a_candidate", "the round has no history to summarize")
+        if txn.run.status == RunStatus.NEEDS_ATTENTION:
+            _release_hold(txn)
+        return txn.run
+
+
+def approve(*, run_id: Any, key: str, user: Any) -> Run:
+    with _locked(run_id, _actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        if task.status != TaskStatus.NEEDS_APPROVAL:
+            raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
+        txn.event(task.key, "verb", data={"verb": "approve"})
+        state = {**task.state, "approved": True}
+        txn.move(task, TaskStatus.WAITING, ready=False, state=state, deadline_at=None)
+        _make_ready(txn, task)
+        return txn.run
+
+
+def deny(*, run_id: Any, key: str, user: Any, reason: str) -> Run:
+    with _locked(run_id, _actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        if task.status != TaskStatus.NEEDS_APPROVAL:
+            raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
+        txn.event(task.key, "verb", data={"verb": "deny"})
+        txn.move(task, TaskStatus.FAILED, error=("approval_denied", reason or "denied"), finished_at=txn.now, deadline_at=None)
+        _after_failure(txn, task)
+        return txn.run
+
+
+def answer(*, run_id: Any, key: str, user: Any, value: Any) -> Run:
+    """Answer a model's question (a tokenless await in awaiting_input)."""
+    check_storable(value)
+    with _locked(run_id, _actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        if task.status != TaskStatus.AWAITING_INPUT:
+            raise Conflict("not_pending", f"task {key!r} is {task.status}, not awaiting input")
+        txn.move(task, TaskStatus.COMPLETED, result={"value": value}, finished_at=txn.now, deadline_at=None)
+        _release(txn, [task.key])
+        return txn.run
+
+
+def resolve_await(*, token: str, user: Any, value: Any) -> Run:
+    """Resolve a client-authored await with its bearer proof (S8)."""
+    check_storable(value)
+    run_id = Task.objects.filter(resolution_token=token).values_list("run_id", flat=True).first()
+    if run_id is None:
+        raise NotFound("await")
+    with _locked(run_id, _actor_name(user)) as txn:
+        task = Task.objects.get(resolution_token=token)
+        txn.remember([task])
+        if task.status != TaskStatus.DISPATCHED:
+            raise Conflict("not_pending", f"the await is {task.status}")
+        txn.move(task, TaskStatus.COMPLETED, result={"value": value}, finished_at=txn.now, deadline_at=None)
+        _release(txn, [task.key])
+        return txn.run
+
+
+def cancel_run(*, run_id: Any, user: Any, reason: str = "", failure: dict[str, Any] | None = None, step: Task | None = None) -> Run:
+    """Stop a run: unstarted work is canceled at once, in-flight calls are told to stop."""
+    with _locked(run_id, _actor_name(user)) as txn:
+        _require_write(user, txn.run.workspace_id)
+        _cancel(txn, reason=reason, failure=failure, step=step)
+        return txn.run
+
+
+def _cancel(txn: _Txn, *, reason: str, failure: dict[str, Any] | None, step: Task | None) -> None:
+    run = txn.run
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELED):
+        raise Conflict("run_finished", f"the run is already {run.status}")
+    if run.status == RunStatus.CANCELING:
+        raise Conflict("run_canceling", "the run is already being canceled")
+    if failure is None:
+        failure, step = _cancel_failure(txn, reason)
+    txn.finding_step = step
+    txn.set_run(failure=failure, error=run.error or "canceled", attention=None)
+    txn.event(None, "verb", data={"verb": "cancel"})
+    txn.move_run(RunStatus.CANCELING)
+    unstarted = list(
+        Task.objects.filter(run=run).filter(
+            Q(status__in=(TaskStatus.WAITING, TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT))
+            | Q(status=TaskStatus.DISPATCHED, claim__isnull=True)
+        )
+    )
+    unstarted = [txn.cache.get(t.key, t) for t in unstarted]
+    if unstarted:
+        txn.move_many(unstarted, TaskStatus.CANCELED, ready=False, error=("run_canceled", None), finished_at=txn.now, deadline_at=None)
+    Task.objects.filter(run=run).filter(Q(status=TaskStatus.RUNNING) | Q(status=TaskStatus.DISPATCHED, claim__isnull=False)).update(cancel_requested=True)
+    txn.check_run = True
+
+
+def _cancel_failure(txn: _Txn, reason: str) -> tuple[dict[str, Any], Task | None]:
+    """SPEC.md: a person canceling a held run fails it with the hold's own kind; else `cancelled`."""
+    run = txn.run
+    attention = run.attention or {}
+    if run.status == RunStatus.NEEDS_ATTENTION and attention.get("blocked_task_keys"):
+        blocked = Task.objects.filter(run=run, key=attention["blocked_task_keys"][0]).first()
+        if blocked is not None and blocked.error_key:
+            return failures.platform_failure(failures.kind_for_error_key(blocked.error_key), reason or None), blocked
+        if blocked is not None and blocked.status == TaskStatus.SKIPPED and blocked.skipped_by:
+            cause = Task.objects.filter(run=run, key=blocked.skipped_by).first()
+            if cause is not None and cause.error_key:
+                return failures.platform_failure(failures.kind_for_error_key(cause.error_key), reason or None), cause
+    return failures.platform_failure("cancelled", reason or None), None
+
+
+def fail_run(txn: _Txn, failure: dict[str, Any], error_text: str, step: Task) -> None:
+    """End the run canceled with an agent's own failure (oz.fail)."""
+    txn.set_run(error=error_text)
+    _cancel(txn, reason="", failure=failure, step=step)
+
+
+def pause_run(*, run_id: Any, user: Any) -> Run:
+    with _locked(run_id, _actor_name(user)) as txn:
+        _require_write(user, txn.run.workspace_id)
+        if txn.run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
+            raise Conflict("not_pausable", f"the run is {txn.run.status}")
+        txn.event(None, "verb", data={"verb": "pause"})
+        txn.move_run(RunStatus.PAUSED)
+        return txn.run
+
+
+def resume_run(*, run_id: Any, user: Any) -> Run:
+    with _locked(run_id, _actor_name(user)) as txn:
+        _require_write(user, txn.run.workspace_id)
+        if txn.run.status != RunStatus.PAUSED:
+            raise Conflict("not_paused", f"the run is {txn.run.status}")
+        txn.event(None, "verb", data={"verb": "resume"})
+        txn.move_run(RunStatus.RUNNING)
+        ready = list(Task.objects.filter(run=txn.run, status=TaskStatus.WAITING, ready=True).order_by("position"))
+        txn.remember(ready)
+        for task in ready:
+            _start(txn, task)
+        txn.check_run = True
+        return txn.run
+
+
+# =====================================================================
+# sweeps and clocks (Celery beat)
+# =====================================================================
+
+
+def sweep_expired_claims(now: datetime | None = None) -> int:
+    """A running call whose claimant stopped heartbeating: a replayable one is queued again,
+    a non-replayable one becomes `uncertain` for a person to decide (S10)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS))
+    stale = list(
+        Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "run_id", "claim")
+    )
+    for task_id, run_id, claim in stale:
+        with _locked(run_id, "sweep") as txn:
+            task = Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING, claim=claim, heartbeat_at__lt=cutoff).first()
+            if task is None:
+                continue
+            txn.remember([task])
+            _expire_claim(txn, task)
+    return len(stale)
+
+
+def _expire_claim(txn: _Txn, task: Task) -> None:
+    from runs.tools import get_tool
+
+    if txn.run.status == RunStatus.CANCELING or task.cancel_requested:
+        txn.move(task, TaskStatus.CANCELED, error=("run_canceled", "the worker stopped"), claim=None, finished_at=txn.now)
+        return
+    replayable = True
+    if task.kind == "tool":
+        tool = get_tool(task.spec.get("tool", ""))
+        replayable = bool(tool and tool.replayable) if tool and not tool.runner else bool(task.spec.get("args", {}).get("replayable"))
+    if replayable:
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True})
+        txn.move(task, TaskStatus.WAITING, claim=None, ready=False)
+        _make_ready(txn, task)
+    else:
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False})
+        txn.move(task, TaskStatus.UNCERTAIN, error=("tool_uncertain", "the worker stopped during a non-replayable call"), claim=None, finished_at=txn.now)
+        _after_failure(txn, task)
+
+
+def sweep_lost_messages(now: datetime | None = None, *, broker_queue_empty: bool = True) -> int:
+    """Queued tasks whose message never reached a worker (a broker restart) are sent again.
+
+    Only when the broker's queue is empty: then nothing queued can still be on its way.
+    The claim is conditional, so a duplicate message is harmless anyway.
+    """
+    if not broker_queue_empty:
+        return 0
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=float(settings.OZ0_REQUEUE_SECONDS))
+    lost = list(
+        Task.objects.filter(status=TaskStatus.WAITING, ready=True, queued_at__lt=cutoff, kind__in=KERNEL_EXECUTED)
+        .exclude(run__status=RunStatus.PAUSED)
+        .values_list("pk", flat=True)[:1000]
+    )
+    if lost:
+        Task.objects.filter(pk__in=lost).update(queued_at=now)
+        transaction.on_commit(lambda: _send(lost))
+    return len(lost)
+
+
+def sweep_clocks(now: datetime | None = None) -> int:
+    """Park clocks and await timeouts: each ends its task `timed_out` under its own policy."""
+    now = now or timezone.now()
+    due = list(
+        Task.objects.filter(
+            deadline_at__lte=now, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED)
+        ).values_list("pk", "run_id")
+    )
+    for task_id, run_id in due:
+        with _locked(run_id, "clock") as txn:
+            txn.now = now
+            task = Task.objects.filter(pk=task_id, deadline_at__lte=now).first()
+            if task is None or task.status not in (TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED):
+                continue
+            txn.remember([task])
+            key = "approval_expired" if task.status == TaskStatus.NEEDS_APPROVAL else "await_timeout"
+            detail = "nobody decided before the park clock ran out" if key == "approval_expired" else "nobody answered in time"
+            txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+            _after_failure(txn, task)
+    return len(due)
+
+
+# =====================================================================
+# rounds: what a model's answer does to the graph (S4-S9, S20, S23-S27)
+# =====================================================================
+
+MAX_FAN_CALLS = 32
+OZ_FAIL_MESSAGE_MAX = 2000
+
+
+def _merge_result(txn: _Txn, task: Task, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Fold a worker's report into the task's result; each provider call becomes a trace event."""
+    extra = dict(extra or {})
+    for call in extra.pop("provider_calls", []):
+        txn.event(task.key, "provider_call", data=call)
+    return {**(task.result or {}), **extra}
+
+
+def round_answered(task_id: int, claim: str, text: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+    """The model gave its final answer: the round completes with the text as its value."""
+    return task_complete(task_id, claim, text, extra=extra, state=state)
+
+
+def round_expand(
+    task_id: int,
+    claim: str,
+    calls: Sequence[Mapping[str, Any]],
+    *,
+    extra: Mapping[str, Any],
+    state: Mapping[str, Any],
+    allowed_tools: Sequence[str] | None,
+    tool_policies: Mapping[str, str],
+) -> bool:
+    """Author the model's tool calls as a fan of `<round>.<n>` tool tasks; the round waits on
+    them and runs again with their results (its next round)."""
+    with _locked(_run_of(task_id), "model") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        fields = {"result": _merge_result(txn, task, extra), "state": dict(state), "claim": None}
+        refusal = _fan_refusal(calls, allowed_tools)
+        if refusal is not None:
+            key, detail = refusal
+            txn.move(task, TaskStatus.FAILED, error=(key, detail), finished_at=txn.now, **fields)
+            _after_failure(txn, task)
+            return True
+        counter = int(state.get("authored", 0))
+        specs = []
+        for call in calls:
+            counter += 1
+            name = str(call["tool"])
+            specs.append(
+                TaskSpec(
+                    key=f"{task.key}.{counter}",
+                    kind="tool",
+                    after=[],
+                    on_failure=tool_policies.get(name, "absorb"),
+                    spec={"tool": name, "args": dict(call.get("args") or {})},
+                    composed=True,
+                    lineage=task.lineage,
+                )
+            )
+        fields["state"] = {**fields["state"], "authored": counter}
+        _wait_on(txn, task, specs, fields)
+        return True
+
+
+def _fan_refusal(calls: Sequence[Mapping[str, Any]], allowed: Sequence[str] | None) -> tuple[str, str] | None:
+    from runs.tools import get_tool
+
+    if len(calls) > MAX_FAN_CALLS:
+        return "too_wide_a_fan", f"the model asked for {len(calls)} tool calls in one answer; the cap is {MAX_FAN_CALLS}"
+    for index, call in enumerate(calls):
+        name = call.get("tool") if isinstance(call, Mapping) else None
+        if not isinstance(name, str) or not name:
+            return "round_expansion_refused", f"call {index + 1} names no tool"
+        if get_tool(name) is None:
+            return "round_expansion_refused", f"call {index + 1} names {name!r}, which is not installed"
+        if allowed is not None and name not in allowed:
+            return "round_expansion_refused", f"call {index + 1} names {name!r}, which the round does not list in its tools"
+        args = call.get("args", {})
+        if not isinstance(args, Mapping):
+            return "round_expansion_refused", f"call {index + 1}'s args are not an object"
+        try:
+            check_storable(args)
+        except InvalidRequest as error:
+            return "round_expansion_refused", f"call {index + 1}'s args cannot be stored: {error.detail}"
+    return None
+
+
+def _wait_on(txn: _Txn, task: Task, specs: list[TaskSpec], fields: dict[str, Any]) -> None:
+    """Author `specs` and put the running round back to waiting on them."""
+    txn.move(task, TaskStatus.WAITING, ready=False, **fields)
+    _add_tasks(txn, specs)
+    new_keys = [s.key for s in specs]
+    after = [*task.after, *new_keys]
+    Task.objects.filter(pk=task.pk).update(after=after)
+    task.after = after
+    Edge.objects.bulk_create([Edge(run=txn.run, source=key, consumer=task) for key in new_keys])
+    txn.event(task.key, "expanded", data={"after": after})
+    _evaluate(txn, [task])
+
+
+def round_ask(task_id: int, claim: str, question: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+    """The model asked a person: a tokenless await in awaiting_input, announced (S9, S20)."""
+    with _locked(_run_of(task_id), "model") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        counter = int(state.get("authored", 0)) + 1
+        spec = TaskSpec(
+            key=f"{task.key}.{counter}",
+            kind="await",
+            after=[],
+            on_failure="absorb",
+            spec={"question": question},
+            composed=True,
+            lineage=task.lineage,
+        )
+        fields = {"result": _merge_result(txn, task, extra), "state": {**state, "authored": counter}, "claim": None}
+        _wait_on(txn, task, [spec], fields)
+        return True
+
+
+def round_oz_fail(task_id: int, claim: str, kind: Any, message: Any, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+    """The agent ended the run with oz.fail(kind, message) (F6): canceled with that failure."""
+    with _locked(_run_of(task_id), "model") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        fields = {"result": _merge_result(txn, task, extra), "state": dict(state), "claim": None, "finished_at": txn.now}
+        if not isinstance(message, str) or len(message) > OZ_FAIL_MESSAGE_MAX or not isinstance(kind, str):
+            detail = (
+                f"oz.fail's message is {len(message)} characters; the cap is {OZ_FAIL_MESSAGE_MAX}"
+                if isinstance(message, str)
+                else "oz.fail needs a kind and a message"
+            )
+            txn.move(task, TaskStatus.FAILED, error=("round_expansion_refused", detail), **fields)
+            _after_failure(txn, task)
+            return True
+        declarations = {d["kind"]: d for d in _manifest(txn.run).get("failures", [])}
+        if kind in declarations:
+            failure = failures.declared_failure(declarations[kind], message)
+        else:
+            failure = failures.platform_failure("undeclared", message)
+        fields["result"] = {**fields["result"], "value": None, "oz_fail": {"kind": kind}}
+        txn.move(task, TaskStatus.COMPLETED, **fields)
+        fail_run(txn, failure, message, task)
+        return True
+
+
+def round_switch(task_id: int, claim: str, model_change: Mapping[str, Any], *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+    """A refused or overloaded route gives way to the next captured fallback: back to waiting (S25, S26)."""
+    with _locked(_run_of(task_id), "model") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        result = {**(task.result or {}), **extra, "model_change": dict(model_change)}
+        txn.event(task.key, "model_change", data=dict(model_change))
+        txn.move(task, TaskStatus.WAITING, ready=False, result=result, state=dict(state), claim=None)
+        _make_ready(txn, task)
+        return True
+
+
+def round_compact(task_id: int, claim: str, error_detail: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+    """The provider refused for length: arm a compaction (a summarizer, then the round again),
+    or fail with provider_context_overflow when there is no history to summarize (S23)."""
+    with _locked(_run_of(task_id), "model") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        fields: dict[str, Any] = {"result": _merge_result(txn, task, extra), "state": dict(state), "claim": None}
+        task.state = dict(state)
+        if not arm_compaction_in(txn, task, fields):
+            txn.move(task, TaskStatus.FAILED, error=("provider_context_overflow", error_detail), finished_at=txn.now, **fields)
+            _after_failure(txn, task)
+        return True
+
+
+def arm_compaction_in(txn: _Txn, task: Task, fields: dict[str, Any]) -> bool:
+    history = list(task.state.get("history", []))
+    if len(history) <= 1 or task.state.get("compacted_at") == len(history):
+        return False
+    counter = int(task.state.get("authored", 0)) + 1
+    spec = TaskSpec(
+        key=f"{task.key}.{counter}",
+        kind="summarizer",
+        after=[],
+        on_failure="propagate",
+        spec={"model": task.spec.get("model"), "of": task.key, "fallback_models": []},
+        composed=True,
+        lineage=task.lineage,
+    )
+    fields["state"] = {**fields.get("state", task.state), "authored": counter, "compacting": spec.key}
+    if task.status in FAILED:
+        txn.resolve(task, "retried", by="compact")
+        txn.move(task, TaskStatus.WAITING, ready=False, error_key=None, error_detail=None, finished_at=None, state=fields["state"])
+        fields = {}
+        _add_tasks(txn, [spec])
+        after = [*task.after, spec.key]
+        Task.objects.filter(pk=task.pk).update(after=after)
+        task.after = after
+        Edge.objects.create(run=txn.run, source=spec.key, consumer=task)
+        txn.event(task.key, "expanded", data={"after": after})
+        _evaluate(txn, [task])
+    else:
+        _wait_on(txn, task, [spec], fields)
+    return True
+
+
+def _manifest(run: Run) -> dict[str, Any]:
+    if run.agent_version_id is None:
+        return {}
+    return dict(AgentVersion.objects.filter(pk=run.agent_version_id).values_list("manifest", flat=True).first() or {})
+
+
+def _route_refusal(task: Task) -> str | None:
+    """A manual retry cannot renew a refused or exhausted route (S25, S26): it needs an unspent one."""
+    spent = set(task.state.get("spent_routes", []))
+    if not spent:
+        return None
+    routes = [task.spec.get("model"), *task.spec.get("fallback_models", [])]
+    if any(route not in spent for route in routes):
+        return None
+    return "every route of this step is spent: " + ", ".join(str(r) for r in routes)

@@ -1,0 +1,305 @@
+"""The run store: workspaces, agents, runs, tasks and the append-only trace.
+
+Only `runs.kernel` writes `status` fields; everything else reads through
+selectors. Indexes below are chosen for the kernel's hot queries (ready and
+live tasks of a run, consumers of a key, the trace after a seq) and for the
+console's lists (runs by workspace and status, the inbox's waiting tasks).
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Q
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer"
+    READER = "reader"
+    OPERATOR = "operator"
+
+
+class Workspace(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="membership_unique_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.workspace}"
+
+
+class ApiToken(models.Model):
+    """A bearer token; only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    digest = models.CharField(max_length=64, unique=True)
+    label = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+
+class Agent(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AgentVersion(models.Model):
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    manifest_text = models.TextField()
+    manifest = models.JSONField()
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agent_version_unique")]
+        ordering = ["agent", "-version"]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name}@{self.version}"
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    NEEDS_ATTENTION = "needs_attention"
+    CANCELING = "canceling"
+    COMPLETED = "completed"
+    CANCELED = "canceled"
+
+
+RUN_FINISHED = (RunStatus.COMPLETED, RunStatus.CANCELED)
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="runs")
+    agent_version = models.ForeignKey(AgentVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    agent_name = models.CharField(max_length=100, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    private = models.BooleanField(default=False)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
+    input = models.JSONField(null=True, blank=True)
+    deliverable = models.CharField(max_length=200, blank=True, default="")
+    output = models.JSONField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    # {kind, retryable, partial, person, message, declared}
+    failure = models.JSONField(null=True, blank=True)
+    # {reason, blocked_task_keys}
+    attention = models.JSONField(null=True, blank=True)
+    announcements = ArrayField(models.CharField(max_length=40), default=list, blank=True)
+    approval = models.JSONField(default=dict, blank=True)
+    retry_budget = models.PositiveIntegerField(default=0)
+    # The last trace seq written: the kernel bumps it under the run's row lock.
+    last_seq = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Set when a hold starts, cleared when it is released: time-to-repair reads it.
+    held_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["workspace", "-created_at"], name="run_ws_recent"),
+            models.Index(fields=["workspace", "status", "-created_at"], name="run_ws_status_recent"),
+            models.Index(fields=["agent_name", "-created_at"], name="run_agent_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
+class TaskKind(models.TextChoices):
+    ROUND = "round"
+    TOOL = "tool"
+    AWAIT = "await"
+    JOIN = "join"
+    DELEGATE = "delegate"
+    SUMMARIZER = "summarizer"
+
+
+class TaskStatus(models.TextChoices):
+    WAITING = "waiting"
+    NEEDS_APPROVAL = "needs_approval"
+    RUNNING = "running"
+    DISPATCHED = "dispatched"
+    AWAITING_INPUT = "awaiting_input"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    TIMED_OUT = "timed_out"
+    UNCERTAIN = "uncertain"
+    SKIPPED = "skipped"
+
+
+# Someone (the kernel, a runner, an approver, a person) holds these right now.
+TASK_LIVE = ("needs_approval", "running", "dispatched", "awaiting_input")
+TASK_SETTLED = ("completed", "failed", "canceled", "timed_out", "uncertain", "skipped")
+TASK_FAILED = ("failed", "timed_out", "uncertain")
+
+
+class OnFailure(models.TextChoices):
+    PROPAGATE = "propagate"
+    ABSORB = "absorb"
+    HALT = "halt"
+
+
+class Task(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
+    key = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=TaskKind.choices)
+    after = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    on_failure = models.CharField(max_length=16, choices=OnFailure.choices, default=OnFailure.PROPAGATE)
+    # The kind's own fields (tool/args, model/prompt/script, question, mode/quorum, ...).
+    spec = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=TaskStatus.choices, default=TaskStatus.WAITING)
+    # A waiting task whose sources are settled and which is queued for a worker.
+    ready = models.BooleanField(default=False)
+    attempt = models.PositiveIntegerField(default=0)
+    lineage = models.CharField(max_length=200)
+    # True for tasks a round authored (model-composed): they pass the approval stage.
+    composed = models.BooleanField(default=False)
+    error_key = models.CharField(max_length=64, null=True, blank=True)
+    error_detail = models.TextField(null=True, blank=True)
+    failure_resolution = models.CharField(max_length=16, null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    # Private working state of the kind's machine (provider calls spent per route, history).
+    state = models.JSONField(default=dict, blank=True)
+    # Who holds a running/dispatched task, and since when they last proved alive.
+    claim = models.CharField(max_length=64, null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    resolution_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # The key of the failure that made this task skipped (a retry revives its skips).
+    skipped_by = models.CharField(max_length=200, null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="task_unique_key")]
+        indexes = [
+            # Quiescence: does the run have anything live or ready?
+            models.Index(
+                fields=["run"],
+                name="task_run_busy",
+                condition=Q(status__in=TASK_LIVE) | Q(status="waiting", ready=True),
+            ),
+            # Sweeps: claimed calls by heartbeat, queued calls by age, clocks by deadline.
+            models.Index(fields=["status", "heartbeat_at"], name="task_claimed", condition=Q(status__in=("running", "dispatched"))),
+            models.Index(fields=["queued_at"], name="task_queued", condition=Q(status="waiting", ready=True)),
+            models.Index(fields=["deadline_at"], name="task_deadline", condition=Q(deadline_at__isnull=False)),
+            # The inbox: what waits on a person, newest-first per workspace via the run.
+            models.Index(fields=["status", "queued_at"], name="task_person", condition=Q(status__in=("needs_approval", "awaiting_input"))),
+            models.Index(fields=["run", "position"], name="task_run_position"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.key}"
+
+    @property
+    def error(self) -> dict[str, str | None] | None:
+        if self.error_key is None:
+            return None
+        return {"key": self.error_key, "detail": self.error_detail}
+
+
+class Edge(models.Model):
+    """One `after` edge, indexed by source so a settle finds its consumers in O(degree)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    source = models.CharField(max_length=200)
+    consumer = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "source"], name="edge_run_source")]
+
+
+class TraceEvent(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trace")
+    seq = models.PositiveBigIntegerField()
+    at = models.DateTimeField(auto_now_add=True)
+    task_key = models.CharField(max_length=200, null=True, blank=True)
+    event = models.CharField(max_length=40)
+    from_status = models.CharField(max_length=20, null=True, blank=True)
+    to_status = models.CharField(max_length=20, null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    actor = models.CharField(max_length=150, blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="trace_unique_seq")]
+        indexes = [models.Index(fields=["run", "task_key", "seq"], name="trace_run_task")]
+        ordering = ["seq"]
+
+
+class EffectRecord(models.Model):
+    """The ledger of `test.effect` executions (counts how often an effect really ran)."""
+
+    effect_id = models.CharField(max_length=200, db_index=True)
+    replayable = models.BooleanField(default=False)
+    at = models.DateTimeField(auto_now_add=True)
+
+
+class FlakyCounter(models.Model):
+    """Attempts seen per `test.flaky` id."""
+
+    flaky_id = models.CharField(max_length=200, unique=True)
+    attempts = models.PositiveIntegerField(default=0)
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class Finding(models.Model):
+    """A failed run's summary: kind, flags, step and attempts, never its words.
+
+    It outlives the run's content (no foreign key to the run), so scorecards and
+    job search keep counting after a run is deleted or tombstoned.
+    """
+
+    run_id = models.UUIDField(db_index=True)
+    workspace_id = models.BigIntegerField()
+    agent_name = models.CharField(max_length=100, blank=True, default="")
+    agent_version = models.PositiveIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=40)
+    retryable = models.BooleanField(default=False)
+    partial = models.BooleanField(default=False)
+    person = models.BooleanField(default=False)
+    declared = models.BooleanField(default=False)
+    step_key = models.CharField(max_length=200, blank=True, default="")
+    step_kind = models.CharField(max_length=16, blank=True, default="")
+    error_key = models.CharField(max_length=64, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["agent_name", "kind", "created_at"], name="finding_agent_kind"),
+            models.Index(fields=["agent_name", "agent_version", "created_at"], name="finding_agent_version"),
+            models.Index(fields=["kind", "-created_at"], name="finding_kind_recent"),
+        ]

@@ -1,0 +1,369 @@
+"""Worker-side model rounds: compose the request, drive the provider within the route's
+attempt budget, classify what it said, and report the outcome through the kernel.
+
+Every provider is classified the same way (S23-S27):
+- 401/403/404 → provider_model_unavailable; other 4xx → provider_http_error.
+- 429 waits out the Retry-After floor and retries inside the budget; never overload.
+- 503, 529 or a streamed overloaded_error on every attempt → provider_overloaded (may
+  advance to the next captured fallback); mixed transient failures →
+  provider_transient_exhausted; only rate limits → attempt_budget_spent.
+- A classifier refusal may switch to the next eligible fallback; content protection
+  (`blocked`) never switches.
+- An abnormal finish → provider_error, usage billed, nothing expanded or retried.
+- A length refusal arms a compaction (S23).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+
+from runs import kernel
+from runs.kernel import transitions
+from runs.kernel.transitions import Claimed
+from runs.models import Run, Task
+from runs.providers import AttemptFailed, ProviderAnswer, ProviderRequest, get_provider
+from runs.tools import get_tool, tool_names
+
+log = logging.getLogger(__name__)
+
+OVERLOAD_STATUSES = {503, 529}
+UNAVAILABLE_STATUSES = {401, 403, 404}
+RATE_LIMIT_FLOOR = 0.05
+RATE_LIMIT_CEILING = 60.0
+
+
+class RoundOutcome(Exception):
+    """Raised inside the attempt loop when the round's fate is decided."""
+
+
+def run_round(claimed: Claimed, cancel: threading.Event) -> None:
+    task = Task.objects.select_related("run", "run__agent_version").get(pk=claimed.task_id)
+    run = task.run
+    if claimed.kind == "summarizer":
+        _run_summarizer(claimed, task, run, cancel)
+        return
+    state = dict(claimed.state)
+    manifest = run.agent_version.manifest if run.agent_version_id else {}  # type: ignore[union-attr]
+    history = _history(task, run, state, manifest)
+    state["history"] = history
+    routes = [task.spec["model"], *task.spec.get("fallback_models", [])]
+    route = state.get("route") or routes[0]
+    spent: list[str] = list(state.get("spent_routes", []))
+    if route in spent:
+        route = next((r for r in routes if r not in spent), "")
+        if not route:
+            kernel.task_fail(claimed.task_id, claimed.claim, "model_route_spent", "every route of this step is spent", state=state)
+            return
+        state["route"] = route
+    allowed = _allowed_tools(task, manifest)
+    usage = dict((task.result or {}).get("usage") or {})
+    calls_log: list[dict[str, Any]] = []
+    budget = int(settings.OZ0_PROVIDER_ATTEMPTS)
+    step_attempts: dict[str, int] = dict(state.get("step_attempts", {}))
+    seen: list[str] = []
+    cursor_key = route if isinstance(task.spec.get("script"), Mapping) else "*"
+    cursors: dict[str, int] = dict(state.get("cursors", {}))
+    system = str(manifest.get("instructions", "")) if manifest else ""
+    answer: ProviderAnswer | None = None
+    failure: AttemptFailed | None = None
+
+    def extra() -> dict[str, Any]:
+        return {"usage": usage, "route": route, "provider_calls": calls_log}
+
+    while step_attempts.get(route, 0) < budget:
+        if cancel.is_set():
+            kernel.task_stopped(claimed.task_id, claimed.claim)
+            return
+        step_attempts[route] = step_attempts.get(route, 0) + 1
+        request = ProviderRequest(
+            route=route,
+            model=route.split(":", 1)[-1],
+            system=system,
+            messages=history,
+            tools=[_tool_schema(name) for name in (allowed if allowed is not None else tool_names())],
+            call_index=cursors.get(cursor_key, 0),
+            script=task.spec.get("script"),
+        )
+        cursors[cursor_key] = cursors.get(cursor_key, 0) + 1
+        state.update(step_attempts=step_attempts, cursors=cursors)
+        try:
+            answer = get_provider(route).complete(request)
+        except AttemptFailed as attempt:
+            _bill(usage, attempt.usage)
+            calls_log.append(_call_entry(route, step_attempts[route], attempt=attempt, request=request))
+            failure = attempt
+            decided = _classify_attempt(attempt, seen, cancel)
+            if decided == "retry":
+                continue
+            break
+        except Exception as error:  # a provider bug is a transient failure of this attempt
+            log.exception("provider %s failed", route)
+            failure = AttemptFailed("transport", f"{type(error).__name__}: {error}")
+            calls_log.append(_call_entry(route, step_attempts[route], attempt=failure, request=request))
+            seen.append("transient")
+            continue
+        else:
+            _bill(usage, answer.usage)
+            calls_log.append(_call_entry(route, step_attempts[route], answer=answer, request=request))
+            failure = None
+            break
+
+    state["step_attempts"] = step_attempts
+    if answer is not None and failure is None:
+        _report_answer(claimed, task, state, answer, history, allowed, manifest, extra())
+        return
+    assert failure is not None
+    _report_failure(claimed, task, state, failure, seen, routes, route, extra())
+
+
+def _classify_attempt(attempt: AttemptFailed, seen: list[str], cancel: threading.Event) -> str:
+    """`retry` to spend another attempt of the budget, `stop` when the attempt decides the round."""
+    if attempt.kind == "http" and attempt.status == 429:
+        seen.append("rate_limit")
+        wait = min(max(attempt.retry_after or 0.0, RATE_LIMIT_FLOOR), RATE_LIMIT_CEILING)
+        cancel.wait(wait)
+        return "retry"
+    if (attempt.kind == "http" and attempt.status in OVERLOAD_STATUSES) or (
+        attempt.kind == "stream_error" and attempt.word == "overloaded_error"
+    ):
+        seen.append("overload")
+        cancel.wait(min(0.05 * len(seen), 1.0))
+        return "retry"
+    if (attempt.kind == "http" and (attempt.status or 0) >= 500) or attempt.kind in ("transport", "stream_error"):
+        seen.append("transient")
+        cancel.wait(min(0.05 * len(seen), 1.0))
+        return "retry"
+    return "stop"
+
+
+def _report_failure(
+    claimed: Claimed,
+    task: Task,
+    state: dict[str, Any],
+    failure: AttemptFailed,
+    seen: list[str],
+    routes: list[str],
+    route: str,
+    extra: dict[str, Any],
+) -> None:
+    spent = list(state.get("spent_routes", []))
+    switch_reason: str | None = None
+    key: str
+    detail: str
+    if failure.kind == "context_overflow":
+        transitions.round_compact(claimed.task_id, claimed.claim, failure.detail, extra=extra, state=state)
+        return
+    if failure.kind == "finish_error":
+        key, detail = "provider_error", f"the provider finished with {failure.word!r}"
+    elif failure.kind == "malformed":
+        key, detail = "round_expansion_refused", f"the provider's answer could not be read: {failure.detail}"
+    elif failure.kind == "refusal":
+        key = "model_refused"
+        spent.append(route)
+        if failure.refusal == "classifier":
+            detail = f"the provider's classifier refused the step ({failure.category or 'no category'})"
+            switch_reason = "model_refused"
+        else:
+            detail = "content protection blocked the step"
+    elif failure.kind == "http" and failure.status in UNAVAILABLE_STATUSES:
+        key, detail = "provider_model_unavailable", f"the provider answered HTTP {failure.status} for {route}"
+    elif failure.kind == "http" and failure.status is not None and failure.status < 500 and failure.status != 429:
+        key, detail = "provider_http_error", f"the provider answered HTTP {failure.status}"
+    else:
+        spent.append(route)
+        if seen and all(s == "overload" for s in seen):
+            key, detail = "provider_overloaded", f"the provider was overloaded on all {len(seen)} attempts"
+            switch_reason = "provider_overloaded"
+        elif any(s in ("overload", "transient") for s in seen):
+            key, detail = "provider_transient_exhausted", f"transient failures exhausted the route's budget ({', '.join(seen)})"
+        else:
+            key, detail = "attempt_budget_spent", f"the attempt budget ended on rate limits ({len(seen)} attempts)"
+    state["spent_routes"] = sorted(set(spent))
+    if switch_reason is not None:
+        nxt = next((r for r in routes if r not in state["spent_routes"]), None)
+        if nxt is not None:
+            change = {"from": route, "to": nxt, "reason": switch_reason}
+            if failure.category:
+                change["category"] = failure.category
+            state["route"] = nxt
+            transitions.round_switch(claimed.task_id, claimed.claim, change, extra=extra, state=state)
+            return
+    if failure.category and key == "model_refused":
+        extra = {**extra, "refusal": {"type": failure.refusal, "category": failure.category}}
+    kernel.task_fail(claimed.task_id, claimed.claim, key, detail, extra=extra, state=state)
+
+
+def _report_answer(
+    claimed: Claimed,
+    task: Task,
+    state: dict[str, Any],
+    answer: ProviderAnswer,
+    history: list[dict[str, Any]],
+    allowed: list[str] | None,
+    manifest: Mapping[str, Any],
+    extra: dict[str, Any],
+) -> None:
+    oz_fail = answer.oz_fail
+    calls = list(answer.tool_calls)
+    for call in calls:
+        if isinstance(call, Mapping) and call.get("tool") == "oz.fail":
+            args = call.get("args") or {}
+            oz_fail = {"kind": args.get("kind"), "message": args.get("message")}
+    if oz_fail is not None:
+        history.append({"role": "assistant", "oz_fail": oz_fail})
+        transitions.round_oz_fail(claimed.task_id, claimed.claim, oz_fail.get("kind"), oz_fail.get("message"), extra=extra, state=state)
+        return
+    if answer.ask is not None:
+        key = f"{task.key}.{int(state.get('authored', 0)) + 1}"
+        history.append({"role": "assistant", "ask": answer.ask, "key": key})
+        transitions.round_ask(claimed.task_id, claimed.claim, answer.ask, extra=extra, state=state)
+        return
+    if calls:
+        base = int(state.get("authored", 0))
+        history.append(
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": f"{task.key}.{base + i + 1}", "tool": c.get("tool"), "args": c.get("args") or {}}
+                    for i, c in enumerate(c if isinstance(c, Mapping) else {} for c in calls)
+                ],
+            }
+        )
+        # The next model step of this lineage starts with a fresh attempt budget.
+        state["step_attempts"] = {}
+        policies = dict(manifest.get("tool_on_failure", {})) if manifest else {}
+        transitions.round_expand(
+            claimed.task_id, claimed.claim, calls, extra=extra, state=state, allowed_tools=allowed, tool_policies=policies
+        )
+        return
+    history.append({"role": "assistant", "content": answer.text or ""})
+    transitions.round_answered(claimed.task_id, claimed.claim, answer.text or "", extra=extra, state=state)
+
+
+def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The lineage's conversation so far, with the results of the tasks it authored folded in."""
+    history: list[dict[str, Any]] = list(state.get("history", []))
+    if not history:
+        prompt = str(task.spec.get("prompt", ""))
+        if run.input is not None:
+            prompt = f"{prompt}\n\nInput:\n{json.dumps(run.input, sort_keys=True)}" if prompt else json.dumps(run.input, sort_keys=True)
+        history.append({"role": "user", "content": prompt})
+    folded = set(state.get("folded", []))
+    authored = [k for k in task.after if k.startswith(f"{task.key}.") and k not in folded]
+    if authored:
+        rows = {t.key: t for t in Task.objects.filter(run=run, key__in=authored)}
+        for key in authored:
+            source = rows.get(key)
+            if source is None:
+                continue
+            if source.kind == "summarizer":
+                summary = (source.result or {}).get("value")
+                history = [history[0], {"role": "user", "content": f"Summary of the conversation so far:\n{summary}"}]
+                state["compacted_at"] = len(history)
+            elif source.kind == "await":
+                history.append({"role": "user", "content": _as_text((source.result or {}).get("value")), "answers": key})
+            else:
+                history.append(_tool_message(source))
+            folded.add(key)
+        state["folded"] = sorted(folded)
+    return history
+
+
+def _tool_message(source: Task) -> dict[str, Any]:
+    """A tool's answer for the model; a failed call is labelled as failed, with the tool's words."""
+    if source.status == "completed":
+        return {"role": "tool", "id": source.key, "tool": source.spec.get("tool"), "ok": True, "content": _as_text((source.result or {}).get("value"))}
+    from runs import failures
+
+    kind = failures.kind_for_error_key(source.error_key)
+    flags = failures.PLATFORM_KINDS[kind]
+    label = {
+        "failed": True,
+        "status": source.status,
+        "kind": kind,
+        "retryable": flags.retryable,
+        "partial": flags.partial,
+        "person": flags.person,
+        "declared": False,
+        "error": source.error_key,
+        "message": source.error_detail,
+        "words_of": f"the tool {source.spec.get('tool')}",
+    }
+    return {"role": "tool", "id": source.key, "tool": source.spec.get("tool"), "ok": False, "content": json.dumps(label, sort_keys=True)}
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _allowed_tools(task: Task, manifest: Mapping[str, Any]) -> list[str] | None:
+    listed = task.spec.get("tools") or (manifest.get("tools") if manifest else None)
+    if not listed:
+        return None
+    return [str(t) for t in listed]
+
+
+def _tool_schema(name: str) -> dict[str, Any]:
+    if name == "oz.fail":
+        return {
+            "name": "oz.fail",
+            "description": "End the job with one of your declared failure kinds and a message in your own words",
+            "parameters": {
+                "type": "object",
+                "properties": {"kind": {"type": "string"}, "message": {"type": "string", "maxLength": 2000}},
+                "required": ["kind", "message"],
+            },
+        }
+    tool = get_tool(name)
+    return {
+        "name": name,
+        "description": tool.description if tool else "",
+        "parameters": {"type": "object", "additionalProperties": True},
+    }
+
+
+def _bill(usage: dict[str, Any], more: Mapping[str, int]) -> None:
+    for key in ("input_tokens", "output_tokens"):
+        usage[key] = int(usage.get(key, 0)) + int(more.get(key, 0) or 0)
+    usage["calls"] = int(usage.get("calls", 0)) + 1
+
+
+def _call_entry(
+    route: str, attempt_number: int, *, request: ProviderRequest, answer: ProviderAnswer | None = None, attempt: AttemptFailed | None = None
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"route": route, "attempt": attempt_number, "messages": len(request.messages)}
+    if answer is not None:
+        entry.update(outcome="answer", usage=answer.usage, finish=answer.finish)
+    if attempt is not None:
+        entry.update(outcome=attempt.kind, status=attempt.status, word=attempt.word, usage=attempt.usage)
+    return entry
+
+
+def _run_summarizer(claimed: Claimed, task: Task, run: Run, cancel: threading.Event) -> None:
+    """Summarize the round's history so the round can run again under the length bound."""
+    of = Task.objects.filter(run=run, key=task.spec.get("of")).first()
+    history = list((of.state if of else {}).get("history", []))
+    route = str(task.spec.get("model") or "script")
+    if route.startswith("script"):
+        summary = f"{len(history)} earlier messages, compacted."
+        kernel.task_complete(claimed.task_id, claimed.claim, summary)
+        return
+    request = ProviderRequest(
+        route=route,
+        model=route.split(":", 1)[-1],
+        system="Summarize the conversation so far in a few sentences, keeping every fact the next step needs.",
+        messages=history[1:] or history,
+        tools=[],
+    )
+    try:
+        answer = get_provider(route).complete(request)
+    except AttemptFailed as failure:
+        kernel.task_fail(claimed.task_id, claimed.claim, "provider_http_error" if failure.kind == "http" else "provider_error", failure.detail)
+        return
+    kernel.task_complete(claimed.task_id, claimed.claim, answer.text or "", extra={"usage": answer.usage})

@@ -1,0 +1,227 @@
+"""Reads of runs, tasks and the trace, with the permission filter and the redaction rule.
+
+Every surface that shows a run (the API, the console, the pushes) builds its view
+through these functions, so what a closed reader may see is decided in one place
+(`runs.permissions.can_read_content` + the `redact_*` helpers of `runs.failures`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db.models import QuerySet
+
+from runs import failures
+from runs.kernel.errors import NotFound
+from runs.kernel.graph import repair_candidates
+from runs.models import Membership, Run, Task, TraceEvent, Workspace
+from runs.permissions import can_read_content, role_of
+
+# Trace event data a closed reader may see: structure, statuses, flags and counts, never words.
+STRUCTURAL_DATA_KEYS = frozenset(
+    {
+        "kind",
+        "after",
+        "on_failure",
+        "mode",
+        "composed",
+        "resolution",
+        "verb",
+        "announcement",
+        "reason",
+        "blocked_task_keys",
+        "route",
+        "attempt",
+        "status",
+        "outcome",
+        "usage",
+        "from",
+        "to",
+        "used",
+        "budget",
+        "replayed",
+        "by",
+        "agent",
+        "version",
+        "keys",
+        "deliverable",
+        "messages",
+        "finish",
+    }
+)
+
+
+def workspace_for(user: Any, slug: str) -> Workspace:
+    workspace = Workspace.objects.filter(slug=slug).first()
+    if workspace is None or role_of(user, workspace.pk) is None:
+        raise NotFound("workspace")
+    return workspace
+
+
+def workspaces_of(user: Any) -> QuerySet[Membership]:
+    return Membership.objects.filter(user=user).select_related("workspace").order_by("workspace__slug")
+
+
+def run_for(user: Any, run_id: Any) -> Run:
+    """A run the user is a member of the workspace of; anything else is 404."""
+    try:
+        run = Run.objects.select_related("workspace", "agent_version").get(pk=run_id)
+    except (Run.DoesNotExist, ValueError, TypeError):
+        raise NotFound("run") from None
+    if role_of(user, run.workspace_id) is None:
+        raise NotFound("run")
+    return run
+
+
+def task_error(task: Task, content: bool) -> dict[str, Any] | None:
+    error = task.error
+    return error if content else failures.redact_task_error(error)
+
+
+def task_document(task: Task, content: bool) -> dict[str, Any]:
+    result = task.result
+    if not content and result is not None:
+        result = {k: v for k, v in result.items() if k in ("model_change", "usage", "route")}
+    doc: dict[str, Any] = {
+        "key": task.key,
+        "kind": task.kind,
+        "status": task.status,
+        "after": list(task.after),
+        "on_failure": task.on_failure,
+        "attempt": task.attempt,
+        "lineage": task.lineage,
+        "composed": task.composed,
+        "error": task_error(task, content),
+        "failure_resolution": task.failure_resolution,
+        "result": result,
+    }
+    if content:
+        doc["spec"] = {k: v for k, v in task.spec.items() if k != "script"}
+    else:
+        doc["spec"] = {k: v for k, v in task.spec.items() if k in ("tool", "model", "mode", "quorum", "fallback_models")}
+    return doc
+
+
+def run_summary(run: Run, content: bool) -> dict[str, Any]:
+    failure = run.failure if content else failures.redact_failure(run.failure)
+    return {
+        "id": str(run.id),
+        "workspace": run.workspace.slug,
+        "agent": run.agent_name or None,
+        "agent_version": run.agent_version.version if run.agent_version_id else None,  # type: ignore[union-attr]
+        "status": run.status,
+        "attention": run.attention,
+        "announcements": list(run.announcements),
+        "deliverable": run.deliverable or None,
+        "private": run.private,
+        "error": run.error if content else failures.redact_error_text(run.error, run.failure),
+        "failure": failure,
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "last_seq": run.last_seq,
+    }
+
+
+def run_document(user: Any, run: Run, tasks: Iterable[Task] | None = None) -> dict[str, Any]:
+    content = can_read_content(user, run)
+    doc = run_summary(run, content)
+    rows = list(tasks) if tasks is not None else list(Task.objects.filter(run=run).order_by("position"))
+    doc["output"] = run.output if content else None
+    doc["input"] = run.input if content else None
+    doc["content_visible"] = content
+    doc["tasks"] = [task_document(t, content) for t in rows]
+    doc["usage"] = billed_usage(rows)
+    return doc
+
+
+def billed_usage(tasks: Iterable[Task]) -> dict[str, int]:
+    total = {"input_tokens": 0, "output_tokens": 0, "calls": 0}
+    for task in tasks:
+        usage = (task.result or {}).get("usage") or {}
+        for key in total:
+            total[key] += int(usage.get(key, 0) or 0)
+    return total
+
+
+def event_document(event: TraceEvent, content: bool) -> dict[str, Any]:
+    data = event.data
+    if not content and data is not None:
+        data = {k: v for k, v in data.items() if k in STRUCTURAL_DATA_KEYS}
+    error = event.error if content else failures.redact_task_error(event.error)
+    return {
+        "seq": event.seq,
+        "at": event.at.isoformat(),
+        "task": event.task_key,
+        "event": event.event,
+        "from": event.from_status,
+        "to": event.to_status,
+        "error": error,
+        "actor": event.actor,
+        "data": data,
+    }
+
+
+def trace_events(run: Run, *, after: int = 0, limit: int | None = None) -> list[TraceEvent]:
+    events = TraceEvent.objects.filter(run=run, seq__gt=after).order_by("seq")
+    if limit is not None:
+        events = events[:limit]
+    return list(events)
+
+
+def trace_documents(user: Any, run: Run, *, after: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+    content = can_read_content(user, run)
+    return [event_document(e, content) for e in trace_events(run, after=after, limit=limit)]
+
+
+def candidates(run: Run) -> list[str]:
+    """Retry/abandon candidates, computed from the trace by the kernel's own rule (S15, S16)."""
+    rows = TraceEvent.objects.filter(run=run).order_by("seq").values_list("task_key", "event", "to_status", "error", "data")
+    return repair_candidates({"task": k, "event": e, "to": t, "error": err, "data": d} for k, e, t, err, d in rows)
+
+
+# ---- lists with keyset paging ----
+
+
+def encode_cursor(values: Sequence[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(values)).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> list[Any] | None:
+    if not cursor:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, json.JSONDecodeError):
+        from runs.kernel.errors import InvalidRequest
+
+        raise InvalidRequest("invalid_cursor", "the cursor is not one this server gave") from None
+    return values if isinstance(values, list) else None
+
+
+def runs_page(
+    user: Any, workspace: Workspace, *, status: str | None = None, agent: str | None = None, cursor: str | None = None, limit: int = 50
+) -> dict[str, Any]:
+    runs = Run.objects.filter(workspace=workspace).select_related("workspace", "agent_version")
+    if status:
+        runs = runs.filter(status__in=status.split(","))
+    if agent:
+        runs = runs.filter(agent_name=agent)
+    count = runs.count()
+    position = decode_cursor(cursor)
+    if position:
+        from django.db.models import Q
+        from django.utils.dateparse import parse_datetime
+
+        created = parse_datetime(str(position[0]))
+        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=position[1]))
+    page = list(runs.order_by("-created_at", "-id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    items = [run_summary(r, can_read_content(user, r)) for r in page]
+    next_cursor = encode_cursor([page[-1].created_at.isoformat(), str(page[-1].id)]) if more and page else None
+    return {"count": count, "items": items, "next": next_cursor}

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from runs import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+]

@@ -1,0 +1,230 @@
+"""Shared fixtures: role users, an API client, and the live stack (a real Celery worker
+and beat on the test database, through the real Redis broker)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.factories import make_member, make_token, make_workspace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in item.iter_markers("spec"):
+            for spec_id in marker.args:
+                assert isinstance(spec_id, str) and spec_id[0] in "FS", f"{item.nodeid}: bad spec id {spec_id!r}"
+
+
+class LiveStack:
+    """The worker and beat processes of one test session, restartable by tests."""
+
+    def __init__(self, env: dict[str, str], workdir: Path) -> None:
+        self.env = env
+        self.workdir = workdir
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.beat: subprocess.Popen[bytes] | None = None
+        self.queue = env["OZ0_QUEUE"]
+
+    def _spawn(self, *args: str, log: str) -> subprocess.Popen[bytes]:
+        out = open(self.workdir / log, "ab")  # noqa: SIM115 - kept open for the process's life
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "oz0site", *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def start_worker(self) -> None:
+        self.worker = self._spawn(
+            "worker",
+            "-Q",
+            self.queue,
+            "-c",
+            "2",
+            "--pool",
+            "prefork",
+            "-n",
+            f"{self.queue}-{uuid.uuid4().hex[:6]}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "warning",
+            log="worker.log",
+        )
+
+    def start_beat(self) -> None:
+        self.beat = self._spawn("beat", "-s", str(self.workdir / "beat-schedule"), "-l", "warning", log="beat.log")
+
+    def worker_children(self) -> list[int]:
+        assert self.worker is not None
+        out = subprocess.run(["pgrep", "-P", str(self.worker.pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def kill_worker(self, sig: int = signal.SIGKILL) -> None:
+        """Kill the whole worker (main process and its children) at once."""
+        if self.worker is not None and self.worker.poll() is None:
+            os.killpg(self.worker.pid, sig)
+            self.worker.wait(timeout=30)
+        self.worker = None
+
+    def stop(self) -> None:
+        for proc in (self.worker, self.beat):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in (self.worker, self.beat):
+            if proc is not None:
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+    def logs(self) -> str:
+        parts = []
+        for name in ("worker.log", "beat.log"):
+            path = self.workdir / name
+            if path.exists():
+                parts.append(f"--- {name} ---\n" + path.read_text(errors="replace")[-4000:])
+        return "\n".join(parts)
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    user = db.get("USER") or ""
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    host = db.get("HOST") or "localhost"
+    if host.startswith("/"):
+        return f"postgres:///{db['NAME']}?host={host}" + (f"&user={user}" if user else "") + (f"&port={db['PORT']}" if db.get("PORT") else "")
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgres://{auth}{host}{port}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[LiveStack]:
+    """A Celery worker (2 prefork processes) and beat, on a queue of this session's own."""
+    from oz0site.celery import app as celery_app
+
+    queue = f"oz0-test-{uuid.uuid4().hex[:8]}"
+    celery_app.conf.task_default_queue = queue
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    settings.OZ0_WORKER_HEARTBEAT_KEY = f"oz0:worker-heartbeat:{queue}"
+    settings.OZ0_TEST_TOOLS = True
+    workdir = Path(tempfile.mkdtemp(prefix="oz0-live-"))
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "OZ0_QUEUE": queue,
+        "OZ0_TEST_TOOLS": "1",
+        "OZ0_SWEEP_SECONDS": "0.5",
+        "OZ0_LEASE_SECONDS": "5",
+        "OZ0_HEARTBEAT_SECONDS": "0.5",
+        "OZ0_REQUEUE_SECONDS": "3",
+        "OZ0_CHANNEL_PREFIX": f"oz0-{queue}",
+        "DEBUG": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    stack = LiveStack(env, workdir)
+    with django_db_blocker.unblock():
+        stack.start_worker()
+        stack.start_beat()
+        try:
+            yield stack
+        finally:
+            stack.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def live(live_stack: LiveStack, django_db_blocker: Any) -> Iterator[LiveStack]:
+    """Use in tests that need the worker: the database is shared and committed, not rolled back."""
+    with django_db_blocker.unblock():
+        if live_stack.worker is None:
+            live_stack.start_worker()
+        yield live_stack
+
+
+class Api:
+    """A JSON client for /api/v1 acting as one user through a bearer token."""
+
+    def __init__(self, token: str) -> None:
+        from django.test import Client
+
+        self.client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def call(self, method: str, path: str, body: Any = None, *, raw: str | bytes | None = None) -> tuple[int, Any]:
+        import json
+
+        url = f"/api/v1{path}"
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        kwargs: dict[str, Any] = {"content_type": "application/json"} if data is not None else {}
+        response = getattr(self.client, method.lower())(url, data, **kwargs) if data is not None else getattr(self.client, method.lower())(url)
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = response.content.decode(errors="replace")
+        return response.status_code, payload
+
+    def get(self, path: str) -> tuple[int, Any]:
+        return self.call("GET", path)
+
+    def post(self, path: str, body: Any = None, *, raw: str | bytes | None = None) -> tuple[int, Any]:
+        return self.call("POST", path, body if body is not None else ({} if raw is None else None), raw=raw)
+
+
+class Team:
+    """A fresh workspace with one member of each role, and an outsider."""
+
+    def __init__(self) -> None:
+        self.workspace = make_workspace()
+        self.users = {role: make_member(workspace=self.workspace, role=role) for role in ("operator", "reader", "viewer")}
+        from tests.factories import make_user
+
+        self.users["outsider"] = make_user()
+        self.tokens = {role: make_token(user=user) for role, user in self.users.items()}
+
+    def api(self, role: str = "operator") -> Api:
+        return Api(self.tokens[role])
+
+    @property
+    def slug(self) -> str:
+        return self.workspace.slug
+
+
+@pytest.fixture
+def team(db: Any) -> Team:
+    return Team()
+
+
+@pytest.fixture
+def live_team(live: LiveStack) -> Team:
+    return Team()
+
+
+def wait_for(predicate: Any, *, timeout: float = 30.0, interval: float = 0.1, message: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}; last value: {last!r}")

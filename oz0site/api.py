@@ -70,6 +70,9 @@ def _register_routers() -> None:
     from runs.api import router as runs_router
 
     api.add_router("", runs_router)
+    from inbox.api import router as inbox_router
+
+    api.add_router("", inbox_router)
     try:
         from insights.api import router as insights_router
     except ImportError:

@@ -138,7 +138,6 @@ def live_stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[LiveSta
         "OZ0_LEASE_SECONDS": "5",
         "OZ0_HEARTBEAT_SECONDS": "0.5",
         "OZ0_REQUEUE_SECONDS": "3",
-        "OZ0_CHANNEL_PREFIX": f"oz0-{queue}",
         "DEBUG": "1",
         "PYTHONUNBUFFERED": "1",
     }

@@ -153,6 +153,8 @@ class TraceEventOut(Open):
     to: str | None = None
     error: TaskError | None = None
     actor: str = ""
+    # What the event carries (provider calls: request, answer, tokens); redacted for viewers.
+    data: dict[str, Any] | None = None
 
 
 class TraceOut(Schema):

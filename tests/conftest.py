@@ -112,20 +112,65 @@ def _database_url() -> str:
     auth = f"{user}{password}@" if user else ""
     host = db.get("HOST") or "localhost"
     if host.startswith("/"):
-        return f"postgres:///{db['NAME']}?host={host}" + (f"&user={user}" if user else "") + (f"&port={db['PORT']}" if db.get("PORT") else "")
+        return (
+            f"postgres:///{db['NAME']}?host={host}"
+            + (f"&user={user}" if user else "")
+            + (f"&port={db['PORT']}" if db.get("PORT") else "")
+        )
     port = f":{db['PORT']}" if db.get("PORT") else ""
     return f"postgres://{auth}{host}{port}/{db['NAME']}"
 
 
-@pytest.fixture(scope="session")
-def live_stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[LiveStack]:
-    """A Celery worker (2 prefork processes) and beat, on a queue of this session's own."""
+@pytest.fixture(autouse=True, scope="session")
+def celery_queue() -> Iterator[str]:
+    """This session's own broker queue, so its messages reach only its own worker; dropped at the end."""
     from oz0site.celery import app as celery_app
 
     queue = f"oz0-test-{uuid.uuid4().hex[:8]}"
     celery_app.conf.task_default_queue = queue
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
     settings.OZ0_WORKER_HEARTBEAT_KEY = f"oz0:worker-heartbeat:{queue}"
+    yield queue
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        client.delete(queue)
+    finally:
+        client.close()
+
+
+def _open_transactions() -> list[Any]:
+    """Atomic blocks of the code under test (not the test case's own wrapper)."""
+    return [block for block in connection.atomic_blocks if not getattr(block, "_from_testcase", False)]
+
+
+@pytest.fixture(autouse=True)
+def _side_effects_only_after_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any test whose code sends a Celery message or a channel broadcast inside an open transaction."""
+    from celery.app.task import Task as CeleryTask
+
+    import oz0site.realtime
+
+    original_apply_async = CeleryTask.apply_async
+    original_publish = oz0site.realtime.publish
+
+    def apply_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+        assert not _open_transactions(), f"Celery task {self.name} sent inside an open transaction"
+        return original_apply_async(self, *args, **kwargs)
+
+    def publish(groups: list[str], event: dict[str, Any]) -> Any:
+        assert not _open_transactions(), f"channel broadcast {event.get('type')} sent inside an open transaction"
+        return original_publish(groups, event)
+
+    monkeypatch.setattr(CeleryTask, "apply_async", apply_async)
+    monkeypatch.setattr(oz0site.realtime, "publish", publish)
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup: Any, django_db_blocker: Any, celery_queue: str) -> Iterator[LiveStack]:
+    """A Celery worker (2 prefork processes) and beat, on this session's own queue."""
+    queue = celery_queue
     settings.OZ0_TEST_TOOLS = True
     workdir = Path(tempfile.mkdtemp(prefix="oz0-live-"))
     env = {
@@ -175,7 +220,11 @@ class Api:
         url = f"/api/v1{path}"
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
         kwargs: dict[str, Any] = {"content_type": "application/json"} if data is not None else {}
-        response = getattr(self.client, method.lower())(url, data, **kwargs) if data is not None else getattr(self.client, method.lower())(url)
+        response = (
+            getattr(self.client, method.lower())(url, data, **kwargs)
+            if data is not None
+            else getattr(self.client, method.lower())(url)
+        )
         try:
             payload = response.json()
         except ValueError:
@@ -227,3 +276,9 @@ def wait_for(predicate: Any, *, timeout: float = 30.0, interval: float = 0.1, me
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}; last value: {last!r}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _test_tools_installed() -> None:
+    """The suite runs with the test tools of API.md (OZ0_TEST_TOOLS=1)."""
+    settings.OZ0_TEST_TOOLS = True

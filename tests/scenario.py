@@ -138,7 +138,9 @@ class ScenarioRun:
             found = [
                 item
                 for item in body["items"]
-                if item.get("kind") == wanted.get("kind") and item.get("task") == wanted.get("task") and item.get("run") == self.run_id
+                if item.get("kind") == wanted.get("kind")
+                and item.get("task") == wanted.get("task")
+                and item.get("run") == self.run_id
             ]
             assert found, f"the inbox does not list {wanted}: {body['items']}"
         elif "trace_has_no" in step:

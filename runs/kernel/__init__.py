@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from runs.kernel.errors import Conflict, Forbidden, InvalidRequest, KernelError, NotFound
 from runs.kernel.transitions import (
-    append,
-    approve,
     abandon,
     answer,
+    append,
+    approve,
     cancel_run,
     claim_task,
     compact,

@@ -121,9 +121,7 @@ def race_absorbed(key: str, tasks: Mapping[str, TraceTask], consumers: Mapping[s
         return False
     for consumer_key in own:
         consumer = tasks[consumer_key]
-        settled_barrier = (
-            consumer.kind == "join" and consumer.mode in ("any", "quorum") and consumer.status in SETTLED_STATUSES
-        )
+        settled_barrier = consumer.kind == "join" and consumer.mode in ("any", "quorum") and consumer.status in SETTLED_STATUSES
         race_canceled = consumer.status == "canceled" and consumer.error_key == "join_loser_canceled"
         if not (settled_barrier or race_canceled):
             return False

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from oz0site.realtime import publish, run_group, workspace_group
+from oz0site import realtime
 from runs import failures
 from runs.kernel import graph
 from runs.kernel.errors import Conflict, Forbidden, InvalidRequest, NotFound
@@ -105,12 +105,23 @@ class _Txn:
         for task in tasks:
             self.cache[task.key] = task
 
-    def move(self, task: Task, to: str, *, error: tuple[str, str | None] | None = None, event_data: dict[str, Any] | None = None, **fields: Any) -> None:
+    def move(
+        self,
+        task: Task,
+        to: str,
+        *,
+        error: tuple[str, str | None] | None = None,
+        event_data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> None:
         """Compare-and-set one task's status and trace it."""
         before = task.status
         values: dict[str, Any] = {"status": to, **fields}
         if error is not None:
             values["error_key"], values["error_detail"] = error
+        if to in FAILED:
+            # A new failure is unresolved, whatever settled the one before it.
+            values.setdefault("failure_resolution", None)
         updated = Task.objects.filter(pk=task.pk, status=before).update(**values)
         if updated != 1:
             raise Conflict("stale_task", f"task {task.key!r} is no longer {before}")
@@ -140,6 +151,8 @@ class _Txn:
         values: dict[str, Any] = {"status": to, **fields}
         if error is not None:
             values["error_key"], values["error_detail"] = error
+        if to in FAILED:
+            values.setdefault("failure_resolution", None)
         for before, group in by_status.items():
             ids = [t.pk for t in group]
             updated = Task.objects.filter(pk__in=ids, status=before).update(**values)
@@ -196,8 +209,8 @@ class _Txn:
                 "attention": (run.attention or {}).get("reason"),
                 "tasks": sorted({e.task_key for e in self.events if e.task_key})[:50],
             }
-            groups = [run_group(run.id), workspace_group(run.workspace_id)]
-            transaction.on_commit(lambda: publish(groups, payload))
+            groups = [realtime.run_group(run.id), realtime.workspace_group(run.workspace_id)]
+            transaction.on_commit(lambda: realtime.publish(groups, payload))
 
 
 def _send(task_ids: list[int]) -> None:
@@ -280,7 +293,13 @@ def create_run(*, workspace: Workspace, user: Any, body: Mapping[str, Any]) -> t
             retry_budget=retry_budget,
         )
         txn = _Txn(run=run, actor=_actor_name(user))
-        txn.event(None, "run_created", None, RunStatus.PENDING, data={"agent": run.agent_name or None, "version": agent_version.version if agent_version else None})
+        txn.event(
+            None,
+            "run_created",
+            None,
+            RunStatus.PENDING,
+            data={"agent": run.agent_name or None, "version": agent_version.version if agent_version else None},
+        )
         receipt = _add_tasks(txn, compiled.tasks)
         txn.check_run = True
         txn.finish()
@@ -302,7 +321,10 @@ def append(*, run_id: Any, user: Any, body: Mapping[str, Any]) -> tuple[Run, dic
         run = txn.run
         _require_write(user, run.workspace_id)
         if run.status not in RUN_OPEN:
-            raise Conflict("run_finished" if run.status in (RunStatus.COMPLETED, RunStatus.CANCELED) else "run_canceling", f"the run is {run.status}")
+            raise Conflict(
+                "run_finished" if run.status in (RunStatus.COMPLETED, RunStatus.CANCELED) else "run_canceling",
+                f"the run is {run.status}",
+            )
         referenced: set[str] = set()
         if isinstance(raw_tasks, list):
             for raw in raw_tasks:
@@ -489,7 +511,13 @@ def _start(txn: _Txn, task: Task) -> None:
 
         tool = get_tool(task.spec["tool"])
         if tool is None:
-            txn.move(task, TaskStatus.FAILED, ready=False, error=("tool_not_served", f"no tool named {task.spec['tool']!r} is installed"), finished_at=txn.now)
+            txn.move(
+                task,
+                TaskStatus.FAILED,
+                ready=False,
+                error=("tool_not_served", f"no tool named {task.spec['tool']!r} is installed"),
+                finished_at=txn.now,
+            )
             _after_failure(txn, task)
             return
         if tool.runner:
@@ -567,16 +595,14 @@ def _cancel_losers(txn: _Txn, join: Task) -> None:
             if source.status == TaskStatus.WAITING or source.status in LIVE:
                 _cancel_task(txn, source, "join_loser_canceled", f"join {join.key!r} had its answer")
                 pending.extend(source.after)
-            elif (
-                source.status in FAILED
-                and source.failure_resolution is None
-                and source.on_failure == "halt"
-            ):
+            elif source.status in FAILED and source.failure_resolution is None and source.on_failure == "halt":
                 txn.resolve(source, "absorbed", by=join.key)
 
 
 def _race_settled(consumer: Task) -> bool:
-    barrier = consumer.kind == "join" and consumer.spec.get("mode") in ("any", "quorum") and consumer.status in graph.SETTLED_STATUSES
+    barrier = (
+        consumer.kind == "join" and consumer.spec.get("mode") in ("any", "quorum") and consumer.status in graph.SETTLED_STATUSES
+    )
     return barrier or (consumer.status == TaskStatus.CANCELED and consumer.error_key == "join_loser_canceled")
 
 
@@ -662,7 +688,9 @@ def _restamp(txn: _Txn) -> None:
     if run.status == RunStatus.NEEDS_ATTENTION:
         return  # the hold's own stamp stands until the hold is released
     asks = list(
-        Task.objects.filter(run=run, status=TaskStatus.AWAITING_INPUT, composed=True).order_by("position").values_list("key", flat=True)
+        Task.objects.filter(run=run, status=TaskStatus.AWAITING_INPUT, composed=True)
+        .order_by("position")
+        .values_list("key", flat=True)
     )
     pending = _pending_failure_keys(run)
     current = (run.attention or {}).get("reason")
@@ -685,9 +713,9 @@ def _restamp(txn: _Txn) -> None:
 def _announce(txn: _Txn) -> None:
     run = txn.run
     statuses = set(
-        Task.objects.filter(run=run, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT), composed=True).values_list(
-            "status", flat=True
-        )
+        Task.objects.filter(
+            run=run, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT), composed=True
+        ).values_list("status", flat=True)
     )
     announcements = []
     if run.status not in (RunStatus.COMPLETED, RunStatus.CANCELED):
@@ -754,7 +782,16 @@ def claim_task(task_id: int, claim: str) -> Claimed | None:
         task = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING, ready=True).first()
         if task is None or task.kind not in KERNEL_EXECUTED:
             return None
-        txn.move(task, TaskStatus.RUNNING, ready=False, claim=claim, heartbeat_at=txn.now, started_at=txn.now, attempt=task.attempt + 1, cancel_requested=False)
+        txn.move(
+            task,
+            TaskStatus.RUNNING,
+            ready=False,
+            claim=claim,
+            heartbeat_at=txn.now,
+            started_at=txn.now,
+            attempt=task.attempt + 1,
+            cancel_requested=False,
+        )
         return Claimed(task.pk, str(task.run_id), task.key, task.kind, task.spec, task.attempt, claim, task.state, task.lineage)
 
 
@@ -767,7 +804,9 @@ def heartbeat(task_id: int, claim: str) -> bool:
 
 
 def _claimed(txn: _Txn, task_id: int, claim: str) -> Task | None:
-    task = Task.objects.filter(pk=task_id, run=txn.run, claim=claim, status__in=(TaskStatus.RUNNING, TaskStatus.DISPATCHED)).first()
+    task = Task.objects.filter(
+        pk=task_id, run=txn.run, claim=claim, status__in=(TaskStatus.RUNNING, TaskStatus.DISPATCHED)
+    ).first()
     if task is not None:
         txn.remember([task])
     return task
@@ -780,7 +819,9 @@ def _run_of(task_id: int) -> Any:
     return run_id
 
 
-def task_complete(task_id: int, claim: str, value: Any, *, extra: Mapping[str, Any] | None = None, state: Mapping[str, Any] | None = None) -> bool:
+def task_complete(
+    task_id: int, claim: str, value: Any, *, extra: Mapping[str, Any] | None = None, state: Mapping[str, Any] | None = None
+) -> bool:
     """The claimant finished the call. False when the claim was lost (a cancel or a sweep won)."""
     with _locked(_run_of(task_id), "worker") as txn:
         task = _claimed(txn, task_id, claim)
@@ -815,16 +856,39 @@ def task_fail(
             fields["result"] = _merge_result(txn, task, extra)
         if state is not None:
             fields["state"] = dict(state)
-        if _auto_retry(txn, task, error_key, detail, fields):
-            return True
-        txn.move(task, status, error=(error_key, detail), **fields)
-        _after_failure(txn, task)
+        _fail_claimed(txn, task, status, error_key, detail, fields)
         return True
+
+
+def _fail_claimed(txn: _Txn, task: Task, status: str, error_key: str, detail: str | None, fields: dict[str, Any]) -> None:
+    """Fail a claimed task: an automatic re-run when its retry budget allows (S28), else its policy."""
+    if _auto_retry(txn, task, error_key, detail, fields):
+        return
+    txn.move(task, status, error=(error_key, detail), **fields)
+    _after_failure(txn, task)
+
+
+# Failures a blind re-run cannot mend: the seeds forbid it (provider_error), the route is
+# spent (refusals, exhaustion), or a compaction is the repair (S23-S28).
+NOT_AUTO_RETRIED = frozenset(
+    {
+        "provider_error",
+        "model_route_spent",
+        "model_refused",
+        "provider_overloaded",
+        "provider_transient_exhausted",
+        "attempt_budget_spent",
+        "provider_model_unavailable",
+        "provider_context_overflow",
+    }
+)
 
 
 def _auto_retry(txn: _Txn, task: Task, error_key: str, detail: str | None, fields: dict[str, Any]) -> bool:
     """S28: a failed model step re-runs automatically `retry.budget` times before its policy applies."""
     if task.kind not in ("round", "summarizer") or txn.run.status == RunStatus.CANCELING or task.cancel_requested:
+        return False
+    if error_key in NOT_AUTO_RETRIED:
         return False
     used = int(task.state.get("auto_retries", 0))
     if used >= txn.run.retry_budget:
@@ -908,7 +972,16 @@ def retry(*, run_id: Any, key: str, user: Any) -> Run:
                 raise Conflict("model_route_spent", refusal)
         txn.event(task.key, "verb", data={"verb": "retry"})
         txn.resolve(task, "retried")
-        txn.move(task, TaskStatus.WAITING, ready=False, claim=None, cancel_requested=False, error_key=None, error_detail=None, finished_at=None)
+        txn.move(
+            task,
+            TaskStatus.WAITING,
+            ready=False,
+            claim=None,
+            cancel_requested=False,
+            error_key=None,
+            error_detail=None,
+            finished_at=None,
+        )
         revived = list(Task.objects.filter(run=txn.run, status=TaskStatus.SKIPPED, skipped_by=task.key))
         if revived:
             revived = [txn.cache.get(t.key, t) for t in revived]
@@ -1000,7 +1073,9 @@ def resolve_await(*, token: str, user: Any, value: Any) -> Run:
         return txn.run
 
 
-def cancel_run(*, run_id: Any, user: Any, reason: str = "", failure: dict[str, Any] | None = None, step: Task | None = None) -> Run:
+def cancel_run(
+    *, run_id: Any, user: Any, reason: str = "", failure: dict[str, Any] | None = None, step: Task | None = None
+) -> Run:
     """Stop a run: unstarted work is canceled at once, in-flight calls are told to stop."""
     with _locked(run_id, _actor_name(user)) as txn:
         _require_write(user, txn.run.workspace_id)
@@ -1028,8 +1103,12 @@ def _cancel(txn: _Txn, *, reason: str, failure: dict[str, Any] | None, step: Tas
     )
     unstarted = [txn.cache.get(t.key, t) for t in unstarted]
     if unstarted:
-        txn.move_many(unstarted, TaskStatus.CANCELED, ready=False, error=("run_canceled", None), finished_at=txn.now, deadline_at=None)
-    Task.objects.filter(run=run).filter(Q(status=TaskStatus.RUNNING) | Q(status=TaskStatus.DISPATCHED, claim__isnull=False)).update(cancel_requested=True)
+        txn.move_many(
+            unstarted, TaskStatus.CANCELED, ready=False, error=("run_canceled", None), finished_at=txn.now, deadline_at=None
+        )
+    Task.objects.filter(run=run).filter(
+        Q(status=TaskStatus.RUNNING) | Q(status=TaskStatus.DISPATCHED, claim__isnull=False)
+    ).update(cancel_requested=True)
     txn.check_run = True
 
 
@@ -1089,9 +1168,7 @@ def sweep_expired_claims(now: datetime | None = None) -> int:
     a non-replayable one becomes `uncertain` for a person to decide (S10)."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS))
-    stale = list(
-        Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "run_id", "claim")
-    )
+    stale = list(Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "run_id", "claim"))
     for task_id, run_id, claim in stale:
         with _locked(run_id, "sweep") as txn:
             task = Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING, claim=claim, heartbeat_at__lt=cutoff).first()
@@ -1111,14 +1188,22 @@ def _expire_claim(txn: _Txn, task: Task) -> None:
     replayable = True
     if task.kind == "tool":
         tool = get_tool(task.spec.get("tool", ""))
-        replayable = bool(tool and tool.replayable) if tool and not tool.runner else bool(task.spec.get("args", {}).get("replayable"))
+        replayable = (
+            bool(tool and tool.replayable) if tool and not tool.runner else bool(task.spec.get("args", {}).get("replayable"))
+        )
     if replayable:
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True})
         txn.move(task, TaskStatus.WAITING, claim=None, ready=False)
         _make_ready(txn, task)
     else:
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False})
-        txn.move(task, TaskStatus.UNCERTAIN, error=("tool_uncertain", "the worker stopped during a non-replayable call"), claim=None, finished_at=txn.now)
+        txn.move(
+            task,
+            TaskStatus.UNCERTAIN,
+            error=("tool_uncertain", "the worker stopped during a non-replayable call"),
+            claim=None,
+            finished_at=txn.now,
+        )
         _after_failure(txn, task)
 
 
@@ -1206,8 +1291,7 @@ def round_expand(
         refusal = _fan_refusal(calls, allowed_tools)
         if refusal is not None:
             key, detail = refusal
-            txn.move(task, TaskStatus.FAILED, error=(key, detail), finished_at=txn.now, **fields)
-            _after_failure(txn, task)
+            _fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {**fields, "finished_at": txn.now})
             return True
         counter = int(state.get("authored", 0))
         specs = []
@@ -1287,7 +1371,9 @@ def round_ask(task_id: int, claim: str, question: str, *, extra: Mapping[str, An
         return True
 
 
-def round_oz_fail(task_id: int, claim: str, kind: Any, message: Any, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+def round_oz_fail(
+    task_id: int, claim: str, kind: Any, message: Any, *, extra: Mapping[str, Any], state: Mapping[str, Any]
+) -> bool:
     """The agent ended the run with oz.fail(kind, message) (F6): canceled with that failure."""
     with _locked(_run_of(task_id), "model") as txn:
         task = _claimed(txn, task_id, claim)
@@ -1300,8 +1386,7 @@ def round_oz_fail(task_id: int, claim: str, kind: Any, message: Any, *, extra: M
                 if isinstance(message, str)
                 else "oz.fail needs a kind and a message"
             )
-            txn.move(task, TaskStatus.FAILED, error=("round_expansion_refused", detail), **fields)
-            _after_failure(txn, task)
+            _fail_claimed(txn, task, TaskStatus.FAILED, "round_expansion_refused", detail, fields)
             return True
         declarations = {d["kind"]: d for d in _manifest(txn.run).get("failures", [])}
         if kind in declarations:
@@ -1314,7 +1399,9 @@ def round_oz_fail(task_id: int, claim: str, kind: Any, message: Any, *, extra: M
         return True
 
 
-def round_switch(task_id: int, claim: str, model_change: Mapping[str, Any], *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+def round_switch(
+    task_id: int, claim: str, model_change: Mapping[str, Any], *, extra: Mapping[str, Any], state: Mapping[str, Any]
+) -> bool:
     """A refused or overloaded route gives way to the next captured fallback: back to waiting (S25, S26)."""
     with _locked(_run_of(task_id), "model") as txn:
         task = _claimed(txn, task_id, claim)
@@ -1359,7 +1446,9 @@ def arm_compaction_in(txn: _Txn, task: Task, fields: dict[str, Any]) -> bool:
     fields["state"] = {**fields.get("state", task.state), "authored": counter, "compacting": spec.key}
     if task.status in FAILED:
         txn.resolve(task, "retried", by="compact")
-        txn.move(task, TaskStatus.WAITING, ready=False, error_key=None, error_detail=None, finished_at=None, state=fields["state"])
+        txn.move(
+            task, TaskStatus.WAITING, ready=False, error_key=None, error_detail=None, finished_at=None, state=fields["state"]
+        )
         fields = {}
         _add_tasks(txn, [spec])
         after = [*task.after, spec.key]

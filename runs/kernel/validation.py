@@ -71,7 +71,9 @@ def parse_body(raw: bytes) -> Any:
     except UnicodeDecodeError:
         raise InvalidRequest("invalid_json", "the body is not UTF-8") from None
     except json.JSONDecodeError as error:
-        raise InvalidRequest("invalid_json", f"the body is not JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+        raise InvalidRequest(
+            "invalid_json", f"the body is not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
     check_storable(body)
     return body
 
@@ -173,7 +175,9 @@ def compile_tasks(
         spec = _kind_spec(kind, raw, where, len(after))
         seen[key] = kind
         compiled.tasks.append(
-            TaskSpec(key=key, kind=kind, after=list(after), on_failure=on_failure, spec=spec, composed=composed, lineage=lineage or key)
+            TaskSpec(
+                key=key, kind=kind, after=list(after), on_failure=on_failure, spec=spec, composed=composed, lineage=lineage or key
+            )
         )
 
     known = set(seen) | set(existing)
@@ -216,7 +220,12 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
         _require(
             isinstance(tools, list) and all(isinstance(t, str) for t in tools), "invalid_field", f"{where}.tools must be a list"
         )
-        spec: dict[str, Any] = {"model": model, "fallback_models": list(fallback), "prompt": raw.get("prompt", ""), "tools": tools}
+        spec: dict[str, Any] = {
+            "model": model,
+            "fallback_models": list(fallback),
+            "prompt": raw.get("prompt", ""),
+            "tools": tools,
+        }
         _require(isinstance(spec["prompt"], str), "invalid_field", f"{where}.prompt must be a string")
         if "script" in raw:
             script = raw["script"]

@@ -1,0 +1,218 @@
+"""Kernel transitions of runner calls (S8, S10): an executor claims an advertised call under a
+lease, renews it, and loses it by expiry or revocation.
+
+An advertised call is a `tool` task in `dispatched` with no claim (the kernel's `_start` puts it
+there). A claim keeps it `dispatched` and sets `claim` to the executor's lease and
+`heartbeat_at`; the result goes through `task_complete` / `task_fail`, which accept a dispatched
+call with its claim. Each change runs under the run's row lock, compare-and-set on
+(status, claim), with its trace event in the same transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from runs.kernel.transitions import _after_failure, _locked, _Txn
+from runs.models import RunStatus, Task, TaskStatus
+
+CLAIMABLE_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION)
+CLAIM_PREFIX = "executor:"
+# How many advertised calls one claim request looks at before answering "nothing for you".
+CLAIM_SCAN = 20
+
+
+def lease_seconds() -> float:
+    return float(settings.OZ0_LEASE_SECONDS)
+
+
+def claim_prefix(executor_id: Any) -> str:
+    return f"{CLAIM_PREFIX}{executor_id}:"
+
+
+@dataclass(frozen=True)
+class LeasedCall:
+    task_id: int
+    run_id: str
+    key: str
+    tool: str
+    args: dict[str, Any]
+    attempt: int
+    claim: str
+    lease_expires_at: datetime
+
+
+def addressed_to(task: Task) -> str | None:
+    """The executor a call is addressed to, when its args name one (`executor`)."""
+    target = (task.spec.get("args") or {}).get("executor")
+    return str(target) if target else None
+
+
+def claim_call(*, executor_id: Any, executor_name: str, tools: Iterable[str], workspace_ids: Iterable[int]) -> LeasedCall | None:
+    """Hand the oldest advertised call this executor serves to it, under a fresh lease."""
+    tools = list(tools)
+    workspace_ids = list(workspace_ids)
+    if not tools or not workspace_ids:
+        return None
+    candidates = list(
+        Task.objects.filter(
+            kind="tool",
+            status=TaskStatus.DISPATCHED,
+            claim__isnull=True,
+            spec__tool__in=tools,
+            run__workspace_id__in=workspace_ids,
+            run__status__in=CLAIMABLE_RUN_STATUSES,
+        )
+        .filter(Q(spec__args__executor__isnull=True) | Q(spec__args__executor=str(executor_id)))
+        .order_by("started_at", "pk")
+        .values_list("pk", "run_id")[:CLAIM_SCAN]
+    )
+    for task_id, run_id in candidates:
+        with _locked(run_id, f"executor {executor_name or executor_id}") as txn:
+            if txn.run.status not in CLAIMABLE_RUN_STATUSES:
+                continue
+            claim = f"{claim_prefix(executor_id)}{uuid.uuid4().hex[:16]}"
+            task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__isnull=True).first()
+            if task is None:
+                continue
+            target = addressed_to(task)
+            if target is not None and target != str(executor_id):
+                continue
+            attempt = task.attempt + 1
+            taken = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__isnull=True).update(
+                claim=claim, heartbeat_at=txn.now, attempt=attempt, started_at=txn.now, cancel_requested=False
+            )
+            if taken != 1:
+                continue
+            txn.event(task.key, "executor_claimed", data={"executor": str(executor_id), "attempt": attempt})
+            return LeasedCall(
+                task_id=task.pk,
+                run_id=str(task.run_id),
+                key=task.key,
+                tool=str(task.spec.get("tool")),
+                args=dict(task.spec.get("args") or {}),
+                attempt=attempt,
+                claim=claim,
+                lease_expires_at=txn.now + timedelta(seconds=lease_seconds()),
+            )
+    return None
+
+
+def renew_lease(task_id: int, claim_of: str) -> tuple[bool, bool]:
+    """Heartbeat a claimed call: (still held, stop requested). `claim_of` is the executor's claim prefix."""
+    now = timezone.now()
+    updated = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__startswith=claim_of).update(heartbeat_at=now)
+    if not updated:
+        return False, True
+    cancel = bool(Task.objects.filter(pk=task_id).values_list("cancel_requested", flat=True).first())
+    return True, cancel
+
+
+def held_claim(task_id: int, claim_of: str) -> str | None:
+    """The full claim an executor holds on a call, or None when it holds none."""
+    return (
+        Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__startswith=claim_of)
+        .values_list("claim", flat=True)
+        .first()
+    )
+
+
+def _replayable(task: Task) -> bool:
+    from runs.tools import get_tool
+
+    tool = get_tool(str(task.spec.get("tool", "")))
+    return bool(tool and tool.replayable) or (task.spec.get("args") or {}).get("replayable") is True
+
+
+def _lose_lease(txn: _Txn, task: Task, reason: str) -> None:
+    """A lease ended with no result: a replayable call is advertised again; a non-replayable one
+    becomes `uncertain` for a person to decide (S10) — nothing re-runs it blind."""
+    if task.cancel_requested or txn.run.status == RunStatus.CANCELING:
+        txn.move(
+            task,
+            TaskStatus.CANCELED,
+            error=("run_canceled", "the executor stopped"),
+            claim=None,
+            heartbeat_at=None,
+            finished_at=txn.now,
+        )
+        return
+    if _replayable(task):
+        Task.objects.filter(pk=task.pk, status=TaskStatus.DISPATCHED, claim=task.claim).update(claim=None, heartbeat_at=None)
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True, "reason": reason})
+        task.claim = None
+        return
+    txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False, "reason": reason})
+    detail = (
+        "the executor's lease expired with no result"
+        if reason == "lease_expired"
+        else "the executor was revoked while it held the call"
+    )
+    txn.move(task, TaskStatus.UNCERTAIN, error=("tool_uncertain", detail), claim=None, heartbeat_at=None, finished_at=txn.now)
+    _after_failure(txn, task)
+
+
+def sweep_expired_leases(now: datetime | None = None) -> int:
+    """Claimed runner calls whose executor stopped heartbeating (S10)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=lease_seconds())
+    stale = list(
+        Task.objects.filter(
+            status=TaskStatus.DISPATCHED, kind="tool", claim__startswith=CLAIM_PREFIX, heartbeat_at__lt=cutoff
+        ).values_list("pk", "run_id", "claim")
+    )
+    for task_id, run_id, claim in stale:
+        with _locked(run_id, "sweep") as txn:
+            task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim=claim, heartbeat_at__lt=cutoff).first()
+            if task is None:
+                continue
+            txn.remember([task])
+            _lose_lease(txn, task, "lease_expired")
+    return len(stale)
+
+
+def revoke_calls(*, executor_id: Any, orphaned_tools: Iterable[str], workspace_ids: Iterable[int]) -> int:
+    """An executor was revoked: its claimed calls lose their lease, and the unclaimed calls
+    addressed to it fail with `executor_revoked` — those naming it, and those of tools no other
+    live executor serves (`orphaned_tools`). Returns how many calls failed."""
+    failed = 0
+    prefix = claim_prefix(executor_id)
+    held = list(Task.objects.filter(status=TaskStatus.DISPATCHED, claim__startswith=prefix).values_list("pk", "run_id", "claim"))
+    for task_id, run_id, claim in held:
+        with _locked(run_id, "revoke") as txn:
+            task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim=claim).first()
+            if task is None:
+                continue
+            txn.remember([task])
+            _lose_lease(txn, task, "executor_revoked")
+    orphaned = list(orphaned_tools)
+    addressed = Q(spec__args__executor=str(executor_id))
+    if orphaned:
+        addressed |= Q(spec__tool__in=orphaned, run__workspace_id__in=list(workspace_ids))
+    unclaimed = list(
+        Task.objects.filter(kind="tool", status=TaskStatus.DISPATCHED, claim__isnull=True)
+        .filter(addressed)
+        .values_list("pk", "run_id")
+    )
+    for task_id, run_id in unclaimed:
+        with _locked(run_id, "revoke") as txn:
+            task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__isnull=True).first()
+            if task is None:
+                continue
+            txn.remember([task])
+            txn.move(
+                task,
+                TaskStatus.FAILED,
+                error=("executor_revoked", "the executor this call was addressed to was removed before it claimed the call"),
+                finished_at=txn.now,
+            )
+            _after_failure(txn, task)
+            failed += 1
+    return failed

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -225,7 +226,7 @@ def _locked(run_id: Any, actor: str = "") -> Iterator[_Txn]:
     with transaction.atomic():
         try:
             run = Run.objects.select_for_update().get(pk=run_id)
-        except (Run.DoesNotExist, ValueError, TypeError):
+        except (Run.DoesNotExist, ValueError, TypeError, ValidationError):
             raise NotFound("run") from None
         txn = _Txn(run=run, actor=actor)
         yield txn
@@ -584,8 +585,8 @@ def _cancel_losers(txn: _Txn, join: Task) -> None:
         sources = txn.tasks_by_key(keys)
         consumer_rows = Edge.objects.filter(run=txn.run, source__in=keys).values_list("source", "consumer__key")
         consumers: dict[str, list[str]] = {}
-        for source, consumer in consumer_rows:
-            consumers.setdefault(source, []).append(consumer)
+        for source_key, consumer_key in consumer_rows:
+            consumers.setdefault(source_key, []).append(consumer_key)
         consumer_tasks = txn.tasks_by_key({c for cs in consumers.values() for c in cs})
         for key in keys:
             source = sources[key]
@@ -1287,7 +1288,7 @@ def round_expand(
         task = _claimed(txn, task_id, claim)
         if task is None:
             return False
-        fields = {"result": _merge_result(txn, task, extra), "state": dict(state), "claim": None}
+        fields: dict[str, Any] = {"result": _merge_result(txn, task, extra), "state": dict(state), "claim": None}
         refusal = _fan_refusal(calls, allowed_tools)
         if refusal is not None:
             key, detail = refusal
@@ -1366,7 +1367,11 @@ def round_ask(task_id: int, claim: str, question: str, *, extra: Mapping[str, An
             composed=True,
             lineage=task.lineage,
         )
-        fields = {"result": _merge_result(txn, task, extra), "state": {**state, "authored": counter}, "claim": None}
+        fields: dict[str, Any] = {
+            "result": _merge_result(txn, task, extra),
+            "state": {**state, "authored": counter},
+            "claim": None,
+        }
         _wait_on(txn, task, [spec], fields)
         return True
 
@@ -1379,7 +1384,12 @@ def round_oz_fail(
         task = _claimed(txn, task_id, claim)
         if task is None:
             return False
-        fields = {"result": _merge_result(txn, task, extra), "state": dict(state), "claim": None, "finished_at": txn.now}
+        fields: dict[str, Any] = {
+            "result": _merge_result(txn, task, extra),
+            "state": dict(state),
+            "claim": None,
+            "finished_at": txn.now,
+        }
         if not isinstance(message, str) or len(message) > OZ_FAIL_MESSAGE_MAX or not isinstance(kind, str):
             detail = (
                 f"oz.fail's message is {len(message)} characters; the cap is {OZ_FAIL_MESSAGE_MAX}"

@@ -156,6 +156,7 @@ def compile_tasks(
         if key in seen or key in existing:
             raise InvalidRequest("duplicate_key", f"the key {key!r} is used twice")
         kind = _string(raw, "kind", where, required=True)
+        assert kind is not None
         _require(kind in KINDS, "invalid_kind", f"{where}: kind must be one of {', '.join(KINDS)}")
         if kind == "delegate":
             raise InvalidRequest("kind_unavailable", f"{where}: delegate tasks are not available on this install yet")

@@ -59,9 +59,9 @@ class Heartbeat:
             connection.close()
 
 
-def execute_task(task_id: int) -> None:
+def execute_task(task_id: int, run_id: str | None = None) -> None:
     close_old_connections()
-    claimed = kernel.claim_task(task_id, new_claim())
+    claimed = kernel.claim_task(task_id, new_claim(), run_id)
     if claimed is None:
         return
     with Heartbeat(claimed) as beat:

@@ -53,6 +53,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
+    def __str__(self) -> str:
+        return f"token {self.label or self.pk} of {self.user_id}"
+
 
 class Agent(models.Model):
     name = models.CharField(max_length=100, unique=True)
@@ -237,6 +240,9 @@ class Edge(models.Model):
     class Meta:
         indexes = [models.Index(fields=["run", "source"], name="edge_run_source")]
 
+    def __str__(self) -> str:
+        return f"{self.source} -> {self.consumer_id}"
+
 
 class TraceEvent(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trace")
@@ -255,6 +261,9 @@ class TraceEvent(models.Model):
         indexes = [models.Index(fields=["run", "task_key", "seq"], name="trace_run_task")]
         ordering = ["seq"]
 
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.event}"
+
 
 class EffectRecord(models.Model):
     """The ledger of `test.effect` executions (counts how often an effect really ran)."""
@@ -263,12 +272,18 @@ class EffectRecord(models.Model):
     replayable = models.BooleanField(default=False)
     at = models.DateTimeField(auto_now_add=True)
 
+    def __str__(self) -> str:
+        return self.effect_id
+
 
 class FlakyCounter(models.Model):
     """Attempts seen per `test.flaky` id."""
 
     flaky_id = models.CharField(max_length=200, unique=True)
     attempts = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.flaky_id}: {self.attempts}"
 
 
 def new_token() -> str:
@@ -303,3 +318,34 @@ class Finding(models.Model):
             models.Index(fields=["agent_name", "agent_version", "created_at"], name="finding_agent_version"),
             models.Index(fields=["kind", "-created_at"], name="finding_kind_recent"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_name or '-'} {self.kind} ({self.run_id})"
+
+
+class Executor(models.Model):
+    """A runner outside the workers that serves tools (S8, S10).
+
+    It registers with an operator's token and gets a bearer token of its own (only its
+    SHA-256 is stored); it claims advertised calls of the workspaces its owner operates
+    (or of its one workspace), holds each under a lease it renews by heartbeat, and reports
+    the result. A revoked executor can do nothing more.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=100, blank=True, default="")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="executors")
+    # Serve only this workspace's calls; null: every workspace the owner has write standing in.
+    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="executors")
+    tools = ArrayField(models.CharField(max_length=100), default=list)
+    token_digest = models.CharField(max_length=64, unique=True)
+    revoked = models.BooleanField(default=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["revoked", "last_heartbeat_at"], name="executor_live")]
+
+    def __str__(self) -> str:
+        return self.name or str(self.id)

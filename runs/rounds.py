@@ -251,9 +251,12 @@ def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str,
     history: list[dict[str, Any]] = list(state.get("history", []))
     if not history:
         prompt = str(task.spec.get("prompt", ""))
+        if manifest and prompt == manifest.get("instructions"):
+            prompt = ""  # an agent's instructions already travel as the system prompt
         if run.input is not None:
             prompt = f"{prompt}\n\nInput:\n{json.dumps(run.input, sort_keys=True)}" if prompt else json.dumps(run.input, sort_keys=True)
-        history.append({"role": "user", "content": prompt})
+        # The APIs refuse an empty first turn; a run with neither prompt nor input still starts.
+        history.append({"role": "user", "content": prompt or "Begin."})
     folded = set(state.get("folded", []))
     authored = [k for k in task.after if k.startswith(f"{task.key}.") and k not in folded]
     if authored:
@@ -310,6 +313,10 @@ def _allowed_tools(task: Task, manifest: Mapping[str, Any]) -> list[str] | None:
 
 
 def _tool_schema(name: str) -> dict[str, Any]:
+    if name == "oz.ask":
+        from runs.providers.http import ASK_TOOL
+
+        return dict(ASK_TOOL)
     if name == "oz.fail":
         return {
             "name": "oz.fail",
@@ -337,11 +344,30 @@ def _bill(usage: dict[str, Any], more: Mapping[str, int]) -> None:
 def _call_entry(
     route: str, attempt_number: int, *, request: ProviderRequest, answer: ProviderAnswer | None = None, attempt: AttemptFailed | None = None
 ) -> dict[str, Any]:
-    entry: dict[str, Any] = {"route": route, "attempt": attempt_number, "messages": len(request.messages)}
+    """One provider call for the trace: the request as sent (system, messages with the tool results
+    folded in, tool names), what came back, and the tokens billed."""
+    entry: dict[str, Any] = {
+        "route": route,
+        "attempt": attempt_number,
+        "messages": len(request.messages),
+        "request": {
+            "system": request.system,
+            "messages": list(request.messages),
+            "tools": [t.get("name") for t in request.tools],
+        },
+    }
     if answer is not None:
         entry.update(outcome="answer", usage=answer.usage, finish=answer.finish)
+        entry["answer"] = {
+            "text": answer.text,
+            "tool_calls": list(answer.tool_calls),
+            "ask": answer.ask,
+            "oz_fail": answer.oz_fail,
+        }
     if attempt is not None:
-        entry.update(outcome=attempt.kind, status=attempt.status, word=attempt.word, usage=attempt.usage)
+        entry.update(outcome=attempt.kind, status=attempt.status, word=attempt.word, usage=attempt.usage, detail=attempt.detail[:500])
+        if attempt.refusal:
+            entry["refusal"] = {"type": attempt.refusal, "category": attempt.category}
     return entry
 
 
@@ -354,16 +380,51 @@ def _run_summarizer(claimed: Claimed, task: Task, run: Run, cancel: threading.Ev
         summary = f"{len(history)} earlier messages, compacted."
         kernel.task_complete(claimed.task_id, claimed.claim, summary)
         return
+    # The history travels as one transcript (the newest part when it is long): tool calls and
+    # results stay readable without the APIs' pairing rules, and the request stays under the bound.
+    transcript = _transcript(history)
     request = ProviderRequest(
         route=route,
         model=route.split(":", 1)[-1],
         system="Summarize the conversation so far in a few sentences, keeping every fact the next step needs.",
-        messages=history[1:] or history,
+        messages=[{"role": "user", "content": transcript}],
         tools=[],
     )
     try:
         answer = get_provider(route).complete(request)
     except AttemptFailed as failure:
-        kernel.task_fail(claimed.task_id, claimed.claim, "provider_http_error" if failure.kind == "http" else "provider_error", failure.detail)
+        calls = [_call_entry(route, 1, attempt=failure, request=request)]
+        kernel.task_fail(
+            claimed.task_id,
+            claimed.claim,
+            "provider_http_error" if failure.kind == "http" else "provider_error",
+            failure.detail,
+            extra={"usage": dict(failure.usage), "provider_calls": calls},
+        )
         return
-    kernel.task_complete(claimed.task_id, claimed.claim, answer.text or "", extra={"usage": answer.usage})
+    except Exception as error:  # a provider bug fails the summarizer, never the worker
+        log.exception("summarizer provider %s failed", route)
+        kernel.task_fail(claimed.task_id, claimed.claim, "provider_error", f"{type(error).__name__}: {error}")
+        return
+    calls = [_call_entry(route, 1, answer=answer, request=request)]
+    kernel.task_complete(claimed.task_id, claimed.claim, answer.text or "", extra={"usage": answer.usage, "provider_calls": calls})
+
+
+TRANSCRIPT_MAX = 200_000
+
+
+def _transcript(history: list[dict[str, Any]]) -> str:
+    lines = []
+    for message in history:
+        role = message.get("role")
+        if message.get("tool_calls"):
+            for call in message["tool_calls"]:
+                lines.append(f"assistant called {call.get('tool')} {json.dumps(call.get('args') or {}, sort_keys=True)}")
+        elif message.get("ask") is not None:
+            lines.append(f"assistant asked: {message['ask']}")
+        elif role == "tool":
+            lines.append(f"tool {message.get('tool')} ({'ok' if message.get('ok') else 'failed'}): {message.get('content')}")
+        else:
+            lines.append(f"{role}: {message.get('content', '')}")
+    text = "\n".join(lines)
+    return text if len(text) <= TRANSCRIPT_MAX else "[earlier messages omitted]\n" + text[-TRANSCRIPT_MAX:]

@@ -8,8 +8,8 @@ from runs import execution, sweeps
 
 
 @shared_task(name="runs.tasks.execute_task", acks_late=True, reject_on_worker_lost=True)
-def execute_task(task_id: int) -> None:
-    execution.execute_task(task_id)
+def execute_task(task_id: int, run_id: str | None = None) -> None:
+    execution.execute_task(task_id, run_id)
 
 
 @shared_task(name="runs.tasks.sweep", ignore_result=True)

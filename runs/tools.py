@@ -126,9 +126,7 @@ register(Tool("test.fail", "Fails with the given error key", _fail, replayable=T
 register(Tool("test.sleep", "Sleeps, then returns the seconds", _sleep, replayable=True, test_only=True))
 register(Tool("test.flaky", "Fails its first n attempts, then succeeds", _flaky, replayable=True, test_only=True))
 register(Tool("test.effect", "Records one non-replayable execution", _effect(False), replayable=False, test_only=True))
-register(
-    Tool("test.effect_replayable", "Records one execution, replayable", _effect(True), replayable=True, test_only=True)
-)
+register(Tool("test.effect_replayable", "Records one execution, replayable", _effect(True), replayable=True, test_only=True))
 register(Tool("test.remote", "Served by executors (a runner tool)", None, replayable=False, runner=True, test_only=True))
 
 
@@ -137,3 +135,7 @@ def _now_tool(args: dict[str, Any], context: ToolContext) -> Any:
 
 
 register(Tool("clock.now", "The worker's current time", _now_tool, replayable=True))
+
+
+# Served by `./oz0 runner` on a person's machine: echoes text through the machine's own `echo`.
+register(Tool("shell.echo", "Echoes text on the runner's machine (no shell is involved)", None, replayable=True, runner=True))

@@ -24,6 +24,32 @@ from tests.factories import make_member, make_token, make_workspace
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _always_set_up_the_default_database() -> None:
+    """pytest-django sets up only the databases the collected tests ask for (`db`, `django_db`).
+    Live tests use committed data without `db`, so a session of live tests alone would run the
+    worker and the tests on the real database. Make the test database unconditional."""
+    import pytest_django.fixtures as django_fixtures
+
+    original = django_fixtures._get_databases_for_setup
+    if getattr(original, "_oz0_default", False):
+        return
+
+    def with_default(items: Any) -> tuple[set[str], set[str]]:
+        aliases, serialized = original(items)
+        return {*aliases, "default"}, serialized
+
+    with_default._oz0_default = True  # type: ignore[attr-defined]
+    django_fixtures._get_databases_for_setup = with_default
+
+
+_always_set_up_the_default_database()
+
+
+def assert_test_database() -> None:
+    name = str(connection.settings_dict["NAME"])
+    assert name.startswith("test_"), f"the live stack would run on {name!r}, not a test database"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for marker in item.iter_markers("spec"):
@@ -187,6 +213,7 @@ def live_stack(django_db_setup: Any, django_db_blocker: Any, celery_queue: str) 
         "PYTHONUNBUFFERED": "1",
     }
     stack = LiveStack(env, workdir)
+    assert_test_database()
     with django_db_blocker.unblock():
         stack.start_worker()
         stack.start_beat()

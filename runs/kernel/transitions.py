@@ -230,7 +230,8 @@ class _Txn:
             self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
         if self.dispatch:
             ids = list(dict.fromkeys(self.dispatch))
-            transaction.on_commit(lambda: _send(ids))
+            run_id = self.run.pk
+            transaction.on_commit(lambda: _send(ids, run_id))
         if self.changed:
             run = self.run
             payload = {
@@ -246,18 +247,19 @@ class _Txn:
             transaction.on_commit(lambda: realtime.publish(groups, payload))
 
 
-def _send(task_ids: list[int]) -> None:
+def _send(task_ids: list[int], run_id: Any = None) -> None:
     from runs.tasks import execute_task
 
     for task_id in task_ids:
-        execute_task.delay(task_id)
+        execute_task.delay(task_id, str(run_id) if run_id is not None else None)
 
 
 @contextmanager
 def _locked(run_id: Any, actor: str = "") -> Iterator[_Txn]:
     with transaction.atomic():
         try:
-            run = Run.objects.select_for_update().get(pk=run_id)
+            # The run's input and output can be large and no transition reads them.
+            run = Run.objects.select_for_update().defer("input", "output").get(pk=run_id)
         except (Run.DoesNotExist, ValueError, TypeError, ValidationError):
             raise NotFound("run") from None
         txn = _Txn(run=run, actor=actor)
@@ -875,11 +877,12 @@ class Claimed:
     lineage: str
 
 
-def claim_task(task_id: int, claim: str) -> Claimed | None:
+def claim_task(task_id: int, claim: str, run_id: Any = None) -> Claimed | None:
     """Take a queued task for execution. A redelivered or duplicate message finds nothing to take."""
-    run_id = Task.objects.filter(pk=task_id).values_list("run_id", flat=True).first()
     if run_id is None:
-        return None
+        run_id = Task.objects.filter(pk=task_id).values_list("run_id", flat=True).first()
+        if run_id is None:
+            return None
     with _locked(run_id, "worker") as txn:
         if txn.run.status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION):
             return None
@@ -896,15 +899,24 @@ def claim_task(task_id: int, claim: str) -> Claimed | None:
             attempt=task.attempt + 1,
             cancel_requested=False,
         )
+        # Taking a queued task cannot make the run quiescent: skip the settle queries.
+        txn.check_run = False
+        _KNOWN_RUNS[task.pk] = task.run_id
         return Claimed(task.pk, str(task.run_id), task.key, task.kind, task.spec, task.attempt, claim, task.state, task.lineage)
 
 
 def heartbeat(task_id: int, claim: str) -> bool:
     """Prove the claimant alive. Returns True when the kernel wants the call to stop."""
-    updated = Task.objects.filter(pk=task_id, claim=claim, status=TaskStatus.RUNNING).update(heartbeat_at=timezone.now())
-    if not updated:
-        return True
-    return bool(Task.objects.filter(pk=task_id).values_list("cancel_requested", flat=True).first())
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_task SET heartbeat_at = %s WHERE id = %s AND claim = %s AND status = 'running' RETURNING cancel_requested",
+            [timezone.now(), task_id, claim],
+        )
+        row = cursor.fetchone()
+    # No row: the claim is gone (a cancel, a lost race or a sweep won), so stop.
+    return row is None or bool(row[0])
 
 
 def _claimed(txn: _Txn, task_id: int, claim: str) -> Task | None:
@@ -916,7 +928,15 @@ def _claimed(txn: _Txn, task_id: int, claim: str) -> Task | None:
     return task
 
 
+# task id -> run id for the tasks this process claimed: a task never changes runs.
+_KNOWN_RUNS: dict[int, Any] = {}
+
+
 def _run_of(task_id: int) -> Any:
+    if task_id in _KNOWN_RUNS:
+        return _KNOWN_RUNS[task_id]
+    if len(_KNOWN_RUNS) > 10_000:
+        _KNOWN_RUNS.clear()
     run_id = Task.objects.filter(pk=task_id).values_list("run_id", flat=True).first()
     if run_id is None:
         raise NotFound("task")

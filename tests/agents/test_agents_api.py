@@ -1,0 +1,121 @@
+"""POST /api/v1/agents, /agents/lint, GET /agents and /agents/{name} (F2-F8), and `plugin lint`."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from runs.models import AgentVersion, Run
+from tests.conftest import Team
+
+
+def _manifest(name: str, kind: str = "gone") -> str:
+    return f"name: {name}\nmodel: script\ntools: [oz.fail]\nfailures:\n  - kind: {kind}\n    description: It is gone\n"
+
+
+def _name() -> str:
+    return f"agent_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.spec("F2")
+def test_it_registers_an_agent_and_versions_changes(team: Team) -> None:
+    name = _name()
+    status, body = team.api().post("/agents", {"manifest": _manifest(name)})
+    assert status == 201 and body == {"name": name, "version": 1, "created": True, "warnings": []}
+    status, body = team.api().post("/agents", {"manifest": _manifest(name)})
+    assert status == 201 and body["version"] == 1 and body["created"] is False
+    status, body = team.api().post("/agents", {"manifest": _manifest(name, "vanished")})
+    assert status == 201 and body["version"] == 2
+    status, body = team.api().get(f"/agents/{name}")
+    assert status == 200 and body["version"] == 2 and body["versions"] == [2, 1]
+    assert body["failures"] == [
+        {"kind": "vanished", "description": "It is gone", "retryable": False, "partial": False, "person": False}
+    ]
+    status, body = team.api().get("/agents")
+    assert status == 200 and any(a["name"] == name and a["version"] == 2 for a in body["items"])
+
+
+@pytest.mark.spec("F3", "F4", "F5")
+def test_it_answers_400_listing_every_error(team: Team) -> None:
+    text = f"name: {_name()}\nmodel: script\nfailures:\n  - kind: {'k' * 41}\n    description: {'d' * 201}\n  - kind: timeout\n    description: x\n"
+    status, body = team.api().post("/agents", {"manifest": text})
+    assert status == 400
+    assert body["error"]["key"] == "invalid_manifest"
+    fields = [e["field"] for e in body["error"]["errors"]]
+    assert fields == ["failures[0].kind", "failures[0].description", "failures[1].kind"]
+    assert body["error"]["errors"][0]["line"] == 4
+    assert "41 characters" in body["error"]["detail"]
+    assert not AgentVersion.objects.filter(manifest_text=text).exists()
+
+
+@pytest.mark.spec("F8")
+def test_it_lints_without_registering(team: Team) -> None:
+    name = _name()
+    text = f"name: {name}\nmodel: script\ntools: [oz.fail]\n"
+    status, body = team.api("viewer").post("/agents/lint", {"manifest": text})
+    assert status == 200 and body["errors"] == []
+    assert [w["field"] for w in body["warnings"]] == ["tools"]
+    status, body = team.api().post("/agents", {"manifest": text})
+    assert status == 201 and [w["field"] for w in body["warnings"]] == ["tools"]
+    status, body = team.api().post("/agents/lint", {"manifest": "name: x\n"})
+    assert status == 200 and [e["field"] for e in body["errors"]] == ["model"]
+
+
+@pytest.mark.parametrize("role", ["reader", "viewer", "outsider"])
+def test_it_needs_operator_standing_to_register(team: Team, role: str) -> None:
+    name = _name()
+    status, body = team.api(role).post("/agents", {"manifest": _manifest(name)})
+    assert status == 403 and body["error"]["key"] == "forbidden"
+    assert not AgentVersion.objects.filter(agent__name=name).exists()
+
+
+def test_it_refuses_anonymous_callers(team: Team) -> None:
+    from django.test import Client
+
+    response = Client().post("/api/v1/agents", {"manifest": _manifest(_name())}, content_type="application/json")
+    assert response.status_code == 401
+
+
+def test_it_answers_404_for_an_unknown_agent(team: Team) -> None:
+    status, body = team.api().get(f"/agents/{_name()}")
+    assert status == 404 and body["error"]["key"] == "not_found"
+
+
+@pytest.mark.spec("F2")
+def test_it_records_the_version_a_run_ran(team: Team) -> None:
+    name = _name()
+    team.api().post("/agents", {"manifest": _manifest(name)})
+    team.api().post("/agents", {"manifest": _manifest(name, "vanished")})
+    status, body = team.api().post(f"/workspaces/{team.slug}/runs", {"agent": name, "approval": {"mode": "bypass"}})
+    assert status == 201, body
+    run = Run.objects.get(pk=body["run"]["id"])
+    assert run.agent_version is not None and run.agent_version.version == 2 and run.agent_name == name
+
+
+@pytest.mark.spec("F8")
+def test_it_prints_lint_problems_with_path_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: bad\nmodel: script\ntools: [test.echo]\nfailures:\n  - kind: timeout\n    description: x\n  - kind: fine\n    description: y\n"
+    )
+    warn = tmp_path / "warn.yaml"
+    warn.write_text("name: warn\nmodel: script\ntools: [oz.fail]\n")
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("plugin_lint", str(bad), str(warn), stdout=out, stderr=io.StringIO())
+    assert exit_info.value.code == 1
+    lines = out.getvalue().splitlines()
+    assert f"{bad}:5: error: failures[0].kind: 'timeout' is a platform kind; an agent never declares one (F3)" in lines
+    assert any(line.startswith(f"{bad}:4: warning: failures:") for line in lines)
+    assert any(line.startswith(f"{warn}:3: warning: tools:") for line in lines)
+
+
+def test_it_exits_0_when_only_warnings_remain(tmp_path: Path) -> None:
+    (tmp_path / "warn.yaml").write_text("name: warn\nmodel: script\ntools: [oz.fail]\n")
+    out = io.StringIO()
+    call_command("plugin_lint", str(tmp_path), stdout=out, stderr=io.StringIO())
+    assert ": warning: " in out.getvalue() and ": error: " not in out.getvalue()

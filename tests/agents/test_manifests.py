@@ -1,0 +1,177 @@
+"""Agent manifests: validation as F2-F6 say, the F8 warnings, normalization and versions."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import pytest
+
+from runs import manifests
+from runs.models import AgentVersion
+
+BASE = """\
+name: {name}
+model: script
+tools: [oz.fail, test.echo]
+failures:
+{failures}
+"""
+
+
+def _failures(*items: str) -> str:
+    return "".join(items)
+
+
+def _kind(kind: str, description: str = "Something went wrong") -> str:
+    return f"  - kind: {kind}\n    description: {description}\n"
+
+
+def _errors(text: str) -> list[manifests.Problem]:
+    return manifests.lint(text).errors
+
+
+def _one(text: str) -> manifests.Problem:
+    errors = _errors(text)
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+@pytest.mark.spec("F2")
+def test_it_normalizes_a_valid_manifest_with_explicit_flags() -> None:
+    text = textwrap.dedent(
+        """\
+        name: reader
+        model: openai:gpt-4o-mini
+        fallback_models: [anthropic:claude-x]
+        instructions: Read it.
+        tools:
+          - oz.fail
+          - {name: test.echo, on_failure: halt}
+        failures:
+          - kind: not_found
+            description: The issue does not exist
+            person: true
+        approval: {mode: rules, rules: [{tool: "test.*", decision: allow}]}
+        """
+    )
+    linted = manifests.lint(text)
+    assert linted.errors == [] and linted.warnings == []
+    assert linted.manifest == {
+        "name": "reader",
+        "model": "openai:gpt-4o-mini",
+        "fallback_models": ["anthropic:claude-x"],
+        "instructions": "Read it.",
+        "tools": ["oz.fail", "test.echo"],
+        "tool_on_failure": {"test.echo": "halt"},
+        "failures": [
+            {"kind": "not_found", "description": "The issue does not exist", "retryable": False, "partial": False, "person": True}
+        ],
+        "approval": {"mode": "rules", "rules": [{"tool": "test.*", "decision": "allow"}]},
+    }
+
+
+@pytest.mark.spec("F3")
+def test_it_refuses_a_kind_of_41_characters_with_its_line() -> None:
+    problem = _one(BASE.format(name="a", failures=_failures(_kind("ok"), _kind("k" * 41))))
+    assert problem.field == "failures[1].kind" and "41 characters" in problem.message and "at most 40" in problem.message
+    assert problem.line == 7
+    assert _errors(BASE.format(name="a", failures=_kind("k" * 40))) == []
+
+
+@pytest.mark.spec("F3")
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("NotFound", "lowercase"),
+        ("1st", "starting with a letter"),
+        ("has-dash", "lowercase"),
+        ("timeout", "platform kind"),
+        ("undeclared", "platform kind"),
+    ],
+)
+def test_it_refuses_a_badly_formed_or_platform_kind(kind: str, words: str) -> None:
+    problem = _one(BASE.format(name="a", failures=_kind(kind)))
+    assert problem.field == "failures[0].kind" and words in problem.message
+
+
+@pytest.mark.spec("F3")
+def test_it_refuses_a_duplicate_kind() -> None:
+    problem = _one(BASE.format(name="a", failures=_failures(_kind("gone"), _kind("gone"))))
+    assert problem.field == "failures[1].kind" and "twice" in problem.message and problem.line == 7
+
+
+@pytest.mark.spec("F4")
+def test_it_refuses_a_missing_or_201_character_description() -> None:
+    missing = _one(BASE.format(name="a", failures="  - kind: gone\n"))
+    assert missing.field == "failures[0].description" and "required" in missing.message
+    long = _one(BASE.format(name="a", failures=_kind("gone", "d" * 201)))
+    assert long.field == "failures[0].description" and "201 characters" in long.message and long.line == 6
+    assert _errors(BASE.format(name="a", failures=_kind("gone", "d" * 200))) == []
+
+
+@pytest.mark.spec("F5")
+def test_it_refuses_a_33rd_kind() -> None:
+    text = BASE.format(name="a", failures=_failures(*(_kind(f"kind_{i}") for i in range(33))))
+    problem = _one(text)
+    assert problem.field == "failures" and "33 kinds" in problem.message and "at most 32" in problem.message
+    assert _errors(BASE.format(name="a", failures=_failures(*(_kind(f"kind_{i}") for i in range(32))))) == []
+
+
+@pytest.mark.spec("F2")
+def test_it_refuses_flags_that_are_not_booleans() -> None:
+    problem = _one(BASE.format(name="a", failures=_kind("gone") + "    retryable: maybe\n"))
+    assert problem.field == "failures[0].retryable"
+
+
+def test_it_lists_every_error_at_once() -> None:
+    text = "name: Bad Name\ntools: [nope]\napproval: {mode: sometimes}\ncolour: blue\n"
+    fields = {p.field for p in _errors(text)}
+    assert fields == {"name", "model", "tools[0]", "approval.mode", "colour"}
+
+
+def test_it_refuses_text_that_is_not_a_mapping() -> None:
+    assert _one("- a\n- b\n").field == "manifest"
+    assert _one("name: [unclosed\n").message.startswith("is not valid YAML")
+    assert _one("").field == "manifest"
+
+
+@pytest.mark.spec("F6", "F8")
+def test_it_warns_about_failures_without_oz_fail_and_oz_fail_without_failures() -> None:
+    no_tool = manifests.lint("name: a\nmodel: script\ntools: [test.echo]\nfailures:\n" + _kind("gone"))
+    assert no_tool.errors == [] and [w.field for w in no_tool.warnings] == ["failures"]
+    assert "oz.fail" in no_tool.warnings[0].message and no_tool.warnings[0].line == 4
+    no_kinds = manifests.lint("name: a\nmodel: script\ntools: [oz.fail]\n")
+    assert no_kinds.errors == [] and [w.field for w in no_kinds.warnings] == ["tools"]
+    assert manifests.lint(BASE.format(name="a", failures=_kind("gone"))).warnings == []
+
+
+@pytest.mark.django_db
+def test_it_makes_a_new_version_only_when_the_manifest_changes() -> None:
+    name = "versioned_agent"
+    first = manifests.register(BASE.format(name=name, failures=_kind("gone")))
+    again = manifests.register("# a comment changes nothing\n" + BASE.format(name=name, failures=_kind("gone")))
+    changed = manifests.register(BASE.format(name=name, failures=_kind("gone", "Now described otherwise")))
+    assert (first.version.version, first.created) == (1, True)
+    assert (again.version.pk, again.created) == (first.version.pk, False)
+    assert (changed.version.version, changed.created) == (2, True)
+    assert AgentVersion.objects.filter(agent__name=name).count() == 2
+
+
+@pytest.mark.django_db
+def test_it_registers_nothing_for_an_invalid_manifest() -> None:
+    with pytest.raises(manifests.InvalidManifest) as info:
+        manifests.register(BASE.format(name="broken_agent", failures=_kind("timeout")))
+    assert info.value.linted.errors[0].field == "failures[0].kind"
+    assert not AgentVersion.objects.filter(agent__name="broken_agent").exists()
+
+
+def test_it_keeps_the_example_agents_lint_clean() -> None:
+    from tests.conftest import ROOT
+
+    found: dict[str, Any] = {}
+    for path in sorted((ROOT / "agents").glob("*.yaml")):
+        linted = manifests.lint(path.read_text())
+        found[path.name] = (linted.errors, linted.warnings)
+    assert len(found) >= 2
+    assert all(errors == [] and warnings == [] for errors, warnings in found.values()), found

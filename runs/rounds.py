@@ -96,7 +96,7 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
             answer = get_provider(route).complete(request)
         except AttemptFailed as attempt:
             _bill(usage, attempt.usage)
-            calls_log.append(_call_entry(route, step_attempts[route], attempt=attempt, request=request))
+            calls_log.append(_call_entry(route, step_attempts[route], attempt=attempt, request=request, state=state))
             failure = attempt
             decided = _classify_attempt(attempt, seen, cancel)
             if decided == "retry":
@@ -105,12 +105,12 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
         except Exception as error:  # a provider bug is a transient failure of this attempt
             log.exception("provider %s failed", route)
             failure = AttemptFailed("transport", f"{type(error).__name__}: {error}")
-            calls_log.append(_call_entry(route, step_attempts[route], attempt=failure, request=request))
+            calls_log.append(_call_entry(route, step_attempts[route], attempt=failure, request=request, state=state))
             seen.append("transient")
             continue
         else:
             _bill(usage, answer.usage)
-            calls_log.append(_call_entry(route, step_attempts[route], answer=answer, request=request))
+            calls_log.append(_call_entry(route, step_attempts[route], answer=answer, request=request, state=state))
             failure = None
             break
 
@@ -342,20 +342,33 @@ def _bill(usage: dict[str, Any], more: Mapping[str, int]) -> None:
 
 
 def _call_entry(
-    route: str, attempt_number: int, *, request: ProviderRequest, answer: ProviderAnswer | None = None, attempt: AttemptFailed | None = None
+    route: str,
+    attempt_number: int,
+    *,
+    request: ProviderRequest,
+    answer: ProviderAnswer | None = None,
+    attempt: AttemptFailed | None = None,
+    state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One provider call for the trace: the request as sent (system, messages with the tool results
-    folded in, tool names), what came back, and the tokens billed."""
+    """One provider call for the trace: the request (system, tool names, and the messages the
+    lineage's trace does not hold yet — earlier calls already recorded the rest, so a long
+    conversation does not grow its trace quadratically), what came back, and the tokens billed."""
+    traced = int((state or {}).get("traced_messages", 0))
+    if traced > len(request.messages):
+        traced = 0  # a compaction replaced the history: record it whole again
     entry: dict[str, Any] = {
         "route": route,
         "attempt": attempt_number,
         "messages": len(request.messages),
         "request": {
             "system": request.system,
-            "messages": list(request.messages),
+            "messages_from": traced,
+            "messages": list(request.messages[traced:]),
             "tools": [t.get("name") for t in request.tools],
         },
     }
+    if state is not None:
+        state["traced_messages"] = len(request.messages)
     if answer is not None:
         entry.update(outcome="answer", usage=answer.usage, finish=answer.finish)
         entry["answer"] = {

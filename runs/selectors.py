@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from runs import failures
@@ -69,7 +70,7 @@ def run_for(user: Any, run_id: Any) -> Run:
     """A run the user is a member of the workspace of; anything else is 404."""
     try:
         run = Run.objects.select_related("workspace", "agent_version").get(pk=run_id)
-    except (Run.DoesNotExist, ValueError, TypeError):
+    except (Run.DoesNotExist, ValueError, TypeError, ValidationError):
         raise NotFound("run") from None
     if role_of(user, run.workspace_id) is None:
         raise NotFound("run")
@@ -85,6 +86,9 @@ def task_document(task: Task, content: bool) -> dict[str, Any]:
     result = task.result
     if not content and result is not None:
         result = {k: v for k, v in result.items() if k in ("model_change", "usage", "route")}
+        if isinstance(result.get("model_change"), dict):
+            # A refusal's category is the classifier's reading of the words: the same allowlist as the trace's.
+            result["model_change"] = {k: v for k, v in result["model_change"].items() if k in STRUCTURAL_DATA_KEYS}
     doc: dict[str, Any] = {
         "key": task.key,
         "kind": task.kind,
@@ -204,7 +208,13 @@ def decode_cursor(cursor: str | None) -> list[Any] | None:
 
 
 def runs_page(
-    user: Any, workspace: Workspace, *, status: str | None = None, agent: str | None = None, cursor: str | None = None, limit: int = 50
+    user: Any,
+    workspace: Workspace,
+    *,
+    status: str | None = None,
+    agent: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
 ) -> dict[str, Any]:
     runs = Run.objects.filter(workspace=workspace).select_related("workspace", "agent_version")
     if status:

@@ -1,0 +1,186 @@
+"""Job search over findings (F18): `finding:failure_not_found agent:triage version:3 since:2026-01-01`.
+
+A query is terms `name:value` separated by spaces (quote a value with spaces). The
+same term given twice matches either value (`finding:failure_a finding:failure_b`);
+`since` and `until` may appear once. Anything else is refused with `invalid_query`,
+naming the term, before any row is read.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_date, parse_datetime
+
+from runs.kernel.errors import InvalidRequest, NotFound
+from runs.models import Finding, Membership, TaskKind
+from runs.selectors import decode_cursor, encode_cursor
+
+KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+TERMS = ("finding", "agent", "version", "since", "until", "step", "step_kind", "workspace")
+FINDING_PREFIX = "failure_"
+PAGE_MAX = 200
+
+
+@dataclass
+class Query:
+    kinds: list[str] = field(default_factory=list)
+    agents: list[str] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    step_kinds: list[str] = field(default_factory=list)
+    workspaces: list[str] = field(default_factory=list)
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def invalid(detail: str) -> InvalidRequest:
+    return InvalidRequest("invalid_query", detail)
+
+
+def parse_moment(name: str, value: str, *, end_of_day: bool) -> datetime:
+    """A date (`2026-01-31`, the whole day) or an ISO datetime; naive means UTC."""
+    try:
+        day: date | None = parse_date(value)
+    except ValueError:
+        day = None
+    if day is not None:
+        moment: datetime | None = datetime.combine(day, time.max if end_of_day else time.min)
+    else:
+        try:
+            moment = parse_datetime(value)
+        except ValueError:
+            moment = None
+    if moment is None:
+        raise invalid(f"{name}:{value} is not a date (YYYY-MM-DD) or an ISO datetime")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment
+
+
+def parse_query(text: str | None) -> Query:
+    query = Query()
+    try:
+        words = shlex.split(text or "")
+    except ValueError as error:
+        raise invalid(f"the query does not parse: {error}") from None
+    for word in words:
+        name, sep, value = word.partition(":")
+        if not sep:
+            raise invalid(f"{word!r} is not a term; write name:value with name one of {', '.join(TERMS)}")
+        if name not in TERMS:
+            raise invalid(f"unknown term {name!r}; terms are {', '.join(TERMS)}")
+        if not value:
+            raise invalid(f"the term {name}: has no value")
+        if name == "finding":
+            kind = value.removeprefix(FINDING_PREFIX)
+            if not value.startswith(FINDING_PREFIX) or not KIND_PATTERN.match(kind):
+                raise invalid(f"finding:{value} must be finding:failure_<kind>, e.g. finding:failure_not_found")
+            query.kinds.append(kind)
+        elif name == "agent":
+            query.agents.append(value)
+        elif name == "version":
+            if not value.isdigit() or len(value) > 9:
+                raise invalid(f"version:{value} is not a version number")
+            query.versions.append(int(value))
+        elif name == "step":
+            query.steps.append(value)
+        elif name == "step_kind":
+            if value not in TaskKind.values:
+                raise invalid(f"step_kind:{value} is not a task kind ({', '.join(TaskKind.values)})")
+            query.step_kinds.append(value)
+        elif name == "workspace":
+            query.workspaces.append(value)
+        else:
+            if getattr(query, name) is not None:
+                raise invalid(f"{name}: may be given once")
+            setattr(query, name, parse_moment(name, value, end_of_day=name == "until"))
+    if query.since and query.until and query.since > query.until:
+        raise invalid("since: is after until:")
+    return query
+
+
+def visible_workspaces(user: Any) -> dict[int, str]:
+    """The workspaces whose findings the user may see: those they are a member of, in any role."""
+    return dict(Membership.objects.filter(user_id=user.pk).values_list("workspace_id", "workspace__slug"))
+
+
+def findings_matching(query: Query, workspace_ids: list[int]) -> QuerySet[Finding]:
+    rows = Finding.objects.filter(workspace_id__in=workspace_ids)
+    if query.kinds:
+        rows = rows.filter(kind__in=query.kinds)
+    if query.agents:
+        rows = rows.filter(agent_name__in=query.agents)
+    if query.versions:
+        rows = rows.filter(agent_version__in=query.versions)
+    if query.steps:
+        rows = rows.filter(step_key__in=query.steps)
+    if query.step_kinds:
+        rows = rows.filter(step_kind__in=query.step_kinds)
+    if query.since:
+        rows = rows.filter(created_at__gte=query.since)
+    if query.until:
+        rows = rows.filter(created_at__lte=query.until)
+    return rows
+
+
+def finding_document(finding: Finding, workspaces: dict[int, str]) -> dict[str, Any]:
+    """A finding as every member may see it: kind, flags, step and attempts; it holds no words."""
+    return {
+        "id": finding.pk,
+        "run": str(finding.run_id),
+        "workspace": workspaces.get(finding.workspace_id),
+        "agent": finding.agent_name or None,
+        "version": finding.agent_version,
+        "kind": finding.kind,
+        "retryable": finding.retryable,
+        "partial": finding.partial,
+        "person": finding.person,
+        "declared": finding.declared,
+        "step": {"key": finding.step_key, "kind": finding.step_kind} if finding.step_key else None,
+        "error_key": finding.error_key or None,
+        "attempts": finding.attempts,
+        "created_at": finding.created_at.isoformat(),
+    }
+
+
+def search_findings(
+    user: Any, text: str | None, *, cursor: str | None = None, limit: int = 50, workspace: str | None = None
+) -> dict[str, Any]:
+    """One page of the findings a query matches among the user's workspaces, newest first."""
+    workspaces = visible_workspaces(user)
+    if workspace is not None and workspace not in workspaces.values():
+        raise NotFound("workspace")
+    return search_page(text, workspaces, cursor=cursor, limit=limit, workspace=workspace)
+
+
+def search_page(
+    text: str | None, workspaces: dict[int, str], *, cursor: str | None = None, limit: int = 50, workspace: str | None = None
+) -> dict[str, Any]:
+    """One page over the given workspaces (id → slug), keyset-paged by (created_at, id)."""
+    query = parse_query(text)
+    wanted = set(query.workspaces)
+    if workspace is not None:
+        # Every workspace filter must hold; a slug outside `workspaces` matches nothing.
+        wanted = wanted & {workspace} if wanted else {workspace}
+    if wanted:
+        workspaces = {pk: slug for pk, slug in workspaces.items() if slug in wanted}
+    limit = max(1, min(limit, PAGE_MAX))
+    rows = findings_matching(query, list(workspaces))
+    position = decode_cursor(cursor)
+    if position is not None:
+        after = parse_datetime(str(position[0])) if len(position) == 2 else None
+        if after is None or not isinstance(position[1], int):
+            raise InvalidRequest("invalid_cursor", "the cursor is not one this server gave")
+        rows = rows.filter(Q(created_at__lt=after) | Q(created_at=after, pk__lt=position[1]))
+    page = list(rows.order_by("-created_at", "-pk")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    items = [finding_document(f, workspaces) for f in page]
+    next_cursor = encode_cursor([page[-1].created_at.isoformat(), page[-1].pk]) if more and page else None
+    return {"items": items, "next": next_cursor}

@@ -1,0 +1,255 @@
+"""Scorecards (F18): an agent's failed runs by kind, in all and per version, with rates,
+the trend per day and repairs — read from the rollups the triggers keep (insights.models).
+
+The statements are built by `scorecard_statements` so that the benchmark
+(bench/scorecard.py) times exactly the SQL the API runs.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from runs import failures
+from runs.kernel.errors import NotFound
+from runs.models import Agent, AgentVersion, Membership
+
+# Without `since`, the trend shows this many days up to today; counts cover all time.
+TREND_DAYS = 30
+TREND_DAYS_MAX = 366
+
+Statement = tuple[str, str, list[Any]]
+
+
+def _where(
+    agent: str, version: int | None, workspace_ids: list[int] | None, since: date | None, until: date | None
+) -> tuple[str, list[Any]]:
+    clauses = ["agent_name = %s"]
+    params: list[Any] = [agent]
+    if version is not None:
+        clauses.append("agent_version = %s")
+        params.append(version)
+    if workspace_ids is not None:
+        clauses.append("workspace_id = ANY(%s)")
+        params.append(list(workspace_ids))
+    if since is not None:
+        clauses.append("day >= %s")
+        params.append(since)
+    if until is not None:
+        clauses.append("day <= %s")
+        params.append(until)
+    return " AND ".join(clauses), params
+
+
+def scorecard_statements(
+    agent: str,
+    version: int | None = None,
+    since: date | None = None,
+    until: date | None = None,
+    *,
+    workspace_ids: list[int] | None = None,
+    trend_since: date | None = None,
+) -> list[Statement]:
+    """The five grouped reads of a scorecard, each over one agent's rollup rows.
+
+    Counts with no date window read the all-time totals; a window reads the daily rows.
+    The trend always reads the daily rows of its own (bounded) window.
+    """
+    where, params = _where(agent, version, workspace_ids, since, until)
+    trend_where, trend_params = _where(agent, version, workspace_ids, trend_since or since, until)
+    windowed = since is not None or until is not None
+    if not windowed:
+        where, params = _where(agent, version, workspace_ids, None, None)
+    failed_table = "insights_failuredaily" if windowed else "insights_failuretotal"
+    runs_table = "insights_rundaily" if windowed else "insights_runtotal"
+    repairs_table = "insights_repairdaily" if windowed else "insights_repairtotal"
+    return [
+        ("failed", f"SELECT agent_version, kind, sum(failed) FROM {failed_table} WHERE {where} GROUP BY 1, 2", params),
+        ("runs", f"SELECT agent_version, sum(started) FROM {runs_table} WHERE {where} GROUP BY 1", params),
+        (
+            "trend_failed",
+            f"SELECT day, kind, sum(failed) FROM insights_failuredaily WHERE {trend_where} GROUP BY 1, 2",
+            trend_params,
+        ),
+        ("trend_runs", f"SELECT day, sum(started) FROM insights_rundaily WHERE {trend_where} GROUP BY 1", trend_params),
+        (
+            "repairs",
+            "SELECT agent_version, resolution, sum(repairs), sum(held), sum(held_seconds), max(held_seconds_max) "
+            f"FROM {repairs_table} WHERE {where} GROUP BY 1, 2",
+            params,
+        ),
+    ]
+
+
+def as_day(value: date | datetime | None) -> date | None:
+    if value is None or (isinstance(value, date) and not isinstance(value, datetime)):
+        return value
+    return value.astimezone(UTC).date() if timezone.is_aware(value) else value.date()
+
+
+def _rate(failed: int, runs: int) -> float | None:
+    return round(failed / runs, 4) if runs else None
+
+
+def _kind_flags(agent: str) -> dict[str, dict[str, Any]]:
+    """Flags of every kind the agent's versions declare, then the platform's."""
+    flags: dict[str, dict[str, Any]] = {}
+    for manifest in AgentVersion.objects.filter(agent__name=agent).order_by("version").values_list("manifest", flat=True):
+        for declared in (manifest or {}).get("failures", []) or []:
+            if isinstance(declared, dict) and "kind" in declared:
+                flags[declared["kind"]] = {**failures.declared_failure(declared, None), "declared": True}
+    for kind in failures.PLATFORM_KINDS:
+        flags[kind] = failures.platform_failure(kind, None)
+    return flags
+
+
+def _by_kind(counts: dict[str, int], runs: int, flags: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for kind, failed in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        known = flags.get(kind, {})
+        rows.append(
+            {
+                "kind": kind,
+                "failed": failed,
+                "rate": _rate(failed, runs),
+                "retryable": known.get("retryable"),
+                "partial": known.get("partial"),
+                "person": known.get("person"),
+                "declared": known.get("declared", kind not in failures.PLATFORM_KINDS),
+            }
+        )
+    return rows
+
+
+def member_workspace_ids(user: Any) -> list[int]:
+    return list(Membership.objects.filter(user_id=user.pk).values_list("workspace_id", flat=True))
+
+
+def scorecard(
+    agent: str,
+    version: int | None = None,
+    since: date | datetime | None = None,
+    until: date | datetime | None = None,
+    *,
+    workspace_ids: list[int] | None = None,
+) -> dict[str, Any]:
+    """An agent's scorecard; `workspace_ids` limits it to those workspaces (None: every one)."""
+    since_day, until_day = as_day(since), as_day(until)
+    today = timezone.now().astimezone(UTC).date()
+    trend_end = until_day or today
+    # The trend is a window: the days since `since` (at most TREND_DAYS_MAX), else the last TREND_DAYS.
+    trend_since = (
+        max(since_day, trend_end - timedelta(days=TREND_DAYS_MAX - 1))
+        if since_day
+        else trend_end - timedelta(days=TREND_DAYS - 1)
+    )
+    results: dict[str, list[tuple[Any, ...]]] = {}
+    with connection.cursor() as cursor:
+        for name, sql, params in scorecard_statements(
+            agent, version, since_day, until_day, workspace_ids=workspace_ids, trend_since=trend_since
+        ):
+            cursor.execute(sql, params)
+            results[name] = cursor.fetchall()
+    if not any(results.values()) and not Agent.objects.filter(name=agent).exists():
+        raise NotFound("agent")
+    return build_scorecard(agent, version, since_day, until_day, trend_since, results, _kind_flags(agent))
+
+
+def build_scorecard(
+    agent: str,
+    version: int | None,
+    since: date | None,
+    until: date | None,
+    trend_since: date,
+    results: dict[str, list[tuple[Any, ...]]],
+    flags: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    runs_by_version = {int(v): int(n) for v, n in results["runs"]}
+    failed_by_version: dict[int, dict[str, int]] = {}
+    for v, kind, n in results["failed"]:
+        failed_by_version.setdefault(int(v), {})[kind] = int(n)
+    repairs_by_version: dict[int, dict[str, tuple[int, int, float, float]]] = {}
+    for v, resolution, n, held, held_seconds, held_max in results["repairs"]:
+        repairs_by_version.setdefault(int(v), {})[resolution] = (int(n), int(held), float(held_seconds), float(held_max))
+
+    def repairs_of(versions: list[int]) -> dict[str, Any]:
+        merged = {"retried": 0, "abandoned": 0}
+        held = 0
+        held_seconds = 0.0
+        held_max: float | None = None
+        for v in versions:
+            for resolution, (n, h, seconds, longest) in repairs_by_version.get(v, {}).items():
+                merged[resolution] = merged.get(resolution, 0) + n
+                held += h
+                held_seconds += seconds
+                if h:
+                    held_max = longest if held_max is None else max(held_max, longest)
+        return {
+            **merged,
+            "after_hold": held,
+            "hold_to_repair_mean_seconds": round(held_seconds / held, 3) if held else None,
+            "hold_to_repair_max_seconds": round(held_max, 3) if held_max is not None else None,
+        }
+
+    all_versions = sorted(set(runs_by_version) | set(failed_by_version) | set(repairs_by_version))
+    total_runs = sum(runs_by_version.values())
+    total_by_kind: dict[str, int] = {}
+    for counts in failed_by_version.values():
+        for kind, n in counts.items():
+            total_by_kind[kind] = total_by_kind.get(kind, 0) + n
+    total_failed = sum(total_by_kind.values())
+
+    versions = []
+    for v in sorted(all_versions, reverse=True):
+        counts = failed_by_version.get(v, {})
+        runs = runs_by_version.get(v, 0)
+        failed = sum(counts.values())
+        versions.append(
+            {
+                "version": v or None,
+                "runs": runs,
+                "failed": failed,
+                "rate": _rate(failed, runs),
+                "by_kind": _by_kind(counts, runs, flags),
+                "repairs": repairs_of([v]),
+            }
+        )
+
+    trend_runs = {d: int(n) for d, n in results["trend_runs"]}
+    trend_failed: dict[date, dict[str, int]] = {}
+    for d, kind, n in results["trend_failed"]:
+        trend_failed.setdefault(d, {})[kind] = int(n)
+    last_day = until or timezone.now().astimezone(UTC).date()
+    trend = []
+    day = trend_since
+    while day <= last_day:
+        counts = trend_failed.get(day, {})
+        runs = trend_runs.get(day, 0)
+        failed = sum(counts.values())
+        trend.append(
+            {
+                "day": day.isoformat(),
+                "runs": runs,
+                "failed": failed,
+                "rate": _rate(failed, runs),
+                "by_kind": dict(sorted(counts.items())),
+            }
+        )
+        day += timedelta(days=1)
+
+    return {
+        "agent": agent,
+        "version": version,
+        "since": since.isoformat() if since else None,
+        "until": until.isoformat() if until else None,
+        "runs": total_runs,
+        "failed": total_failed,
+        "rate": _rate(total_failed, total_runs),
+        "by_kind": _by_kind(total_by_kind, total_runs, flags),
+        "versions": versions,
+        "trend": trend,
+        "repairs": repairs_of(all_versions),
+    }

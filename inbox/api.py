@@ -39,4 +39,6 @@ def inbox(
 ) -> dict[str, Any]:
     if kind is not None and kind not in selectors.KINDS:
         raise InvalidRequest("invalid_kind", f"kind must be one of {', '.join(selectors.KINDS)}")
-    return selectors.inbox_items(request.user, workspace=workspace, kind=kind, agent=agent, cursor=cursor, limit=max(1, min(limit, 200)))
+    return selectors.inbox_items(
+        request.user, workspace=workspace, kind=kind, agent=agent, cursor=cursor, limit=max(1, min(limit, 200))
+    )

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from oz0site.api import api
@@ -8,5 +9,9 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("inbox.urls")),
+    path("", include("insights.urls")),
     path("", include("runs.urls")),
 ]

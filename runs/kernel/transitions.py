@@ -608,7 +608,7 @@ def _start(txn: _Txn, task: Task) -> None:
     if task.kind == "await":
         deadline = txn.now + timedelta(seconds=float(task.spec["timeout_s"])) if task.spec.get("timeout_s") else None
         to = TaskStatus.AWAITING_INPUT if task.composed else TaskStatus.DISPATCHED
-        txn.move(task, to, ready=False, attempt=task.attempt + 1, started_at=txn.now, deadline_at=deadline)
+        txn.move(task, to, ready=False, attempt=task.attempt + 1, started_at=txn.now, deadline_at=deadline, queued_at=txn.now)
         return
     if task.kind == "tool":
         if task.composed and not _approval_granted(txn, task):
@@ -627,7 +627,7 @@ def _start(txn: _Txn, task: Task) -> None:
             _after_failure(txn, task)
             return
         if tool.runner:
-            txn.move(task, TaskStatus.DISPATCHED, ready=False, claim=None, heartbeat_at=None)
+            txn.move(task, TaskStatus.DISPATCHED, ready=False, claim=None, heartbeat_at=None, queued_at=txn.now)
             return
     txn.dispatch.append(task.pk)
 
@@ -657,7 +657,8 @@ def _approval_granted(txn: _Txn, task: Task) -> bool:
         _after_failure(txn, task)
         return False
     park = float(settings.OZ0_APPROVAL_PARK_SECONDS)
-    txn.move(task, TaskStatus.NEEDS_APPROVAL, ready=False, deadline_at=txn.now + timedelta(seconds=park))
+    # queued_at is when the wait on a person began: the inbox's 'waited' and its ordering.
+    txn.move(task, TaskStatus.NEEDS_APPROVAL, ready=False, deadline_at=txn.now + timedelta(seconds=park), queued_at=txn.now)
     return False
 
 

@@ -1,0 +1,98 @@
+"""The scorecard page: how an agent fails, per version and over time, and the findings search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+
+from insights import search, selectors
+from runs import selectors as run_selectors
+from runs.kernel.errors import InvalidRequest
+from runs.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, workspace_context
+
+CHART_VERSIONS = 5
+CHART_W, CHART_H, CHART_PAD_L, CHART_PAD_B, CHART_PAD_T = 640, 220, 44, 26, 12
+
+
+@require_GET
+@login_required
+@not_found_as_404
+def scorecard(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
+    workspace = run_selectors.workspace_for(request.user, slug)
+    query = request.GET.get("q", f"agent:{name}").strip()
+    findings: dict[str, Any] = {"items": [], "next": None}
+    query_error = None
+    try:
+        findings = search.search_findings(
+            request.user, query, cursor=request.GET.get("cursor") or None, limit=25, workspace=workspace.slug
+        )
+    except InvalidRequest as error:
+        query_error = error.detail
+    context = workspace_context(request, workspace, "runs") | {
+        "agent": name,
+        "query": query,
+        "query_error": query_error,
+        "findings": findings,
+        "more": bool(request.GET.get("cursor")),
+    }
+    if request.htmx and not request.htmx.boosted:
+        return fragment_or_page(request, "insights/scorecard.html", "insights/_findings.html", context)
+    card = selectors.scorecard(name, workspace_ids=[workspace.pk])
+    series = []
+    for row in [v for v in card["versions"] if v["version"] is not None][:CHART_VERSIONS]:
+        trend = selectors.scorecard(name, version=row["version"], workspace_ids=[workspace.pk])["trend"]
+        series.append({"label": f"v{row['version']}", "points": [(p["day"], p["rate"], p["runs"]) for p in trend]})
+    context |= {"card": card, "chart": rate_chart(series)}
+    return fragment_or_page(request, "insights/scorecard.html", "insights/_findings.html", context)
+
+
+def rate_chart(series: list[dict[str, Any]]) -> dict[str, Any]:
+    """Failure rate per version per day as SVG geometry: a polyline per version over
+    shared day columns; days without runs leave a gap instead of drawing a zero."""
+    days = sorted({p[0] for s in series for p in s["points"]})
+    if not days:
+        return {"lines": [], "days": [], "width": CHART_W, "height": CHART_H}
+    top = max((p[1] or 0 for s in series for p in s["points"]), default=0)
+    top = max(0.1, min(1.0, (int(top * 10) + 1) / 10))
+    plot_w, plot_h = CHART_W - CHART_PAD_L - 8, CHART_H - CHART_PAD_B - CHART_PAD_T
+    step = plot_w / max(1, len(days) - 1)
+    x_of = {day: CHART_PAD_L + i * step for i, day in enumerate(days)}
+
+    def y(rate: float) -> float:
+        return round(CHART_PAD_T + plot_h * (1 - rate / top), 1)
+
+    lines = []
+    for index, s in enumerate(series):
+        segments: list[str] = []
+        current: list[str] = []
+        dots = []
+        for day, rate, runs in s["points"]:
+            if rate is None:
+                if current:
+                    segments.append(" ".join(current))
+                current = []
+                continue
+            point = f"{round(x_of[day], 1)},{y(rate)}"
+            current.append(point)
+            dots.append(
+                {"x": round(x_of[day], 1), "y": y(rate), "title": f"{s['label']} {day}: {round(rate * 100)}% of {runs} runs"}
+            )
+        if current:
+            segments.append(" ".join(current))
+        lines.append({"label": s["label"], "segments": segments, "dots": dots, "series": index % 6})
+    ticks = [{"y": y(top * f), "label": f"{round(top * f * 100)}%"} for f in (0, 0.5, 1)]
+    labels = [{"x": round(x_of[d], 1), "label": d[5:]} for i, d in enumerate(days) if i % max(1, len(days) // 6) == 0]
+    return {
+        "lines": lines,
+        "ticks": ticks,
+        "labels": labels,
+        "width": CHART_W,
+        "height": CHART_H,
+        "left": CHART_PAD_L,
+        "right": CHART_W - 8,
+        "bottom": CHART_H - CHART_PAD_B,
+        "label_y": CHART_H - 8,
+    }

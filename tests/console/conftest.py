@@ -1,0 +1,147 @@
+"""The console served for real (daphne: HTTP and websockets) on the live stack's test
+database, and headless Debian Chromium driven by Playwright (no browser download)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, LiveStack
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless=new",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ConsoleServer:
+    def __init__(self, url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+        self.url = url
+        self.process = process
+        self.log = log
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def console_server(live_stack: LiveStack) -> Iterator[ConsoleServer]:
+    port = _free_port()
+    log = live_stack.workdir / "daphne.log"
+    env = {**live_stack.env, "ALLOWED_HOSTS": "127.0.0.1,localhost", "DEBUG": "1", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "oz0site.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=open(log, "ab"),  # noqa: SIM115 - kept open for the process's life
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/login/", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError("daphne did not start:\n" + log.read_text(errors="replace")[-3000:])
+        time.sleep(0.2)
+    try:
+        yield ConsoleServer(url, process, log)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
+    # Playwright's sync API keeps an event loop in this thread; the tests' own ORM calls are sync.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+class Browser:
+    """One person's browser: a context signed in as a user."""
+
+    def __init__(self, chromium: Any, server: ConsoleServer, *, phone: bool = False) -> None:
+        viewport = {"width": 390, "height": 844} if phone else {"width": 1280, "height": 860}
+        self.context = chromium.new_context(viewport=viewport, device_scale_factor=1)
+        self.page = self.context.new_page()
+        self.server = server
+        self.errors: list[str] = []
+        self.page.on("console", lambda message: self.errors.append(message.text) if message.type == "error" else None)
+        self.page.on("dialog", lambda dialog: dialog.accept())
+
+    def sign_in(self, username: str, password: str = "pw-for-tests-only") -> None:
+        self.page.goto(f"{self.server.url}/login/")
+        self.page.fill("input[name=username]", username)
+        self.page.fill("input[name=password]", password)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_load_state("networkidle")
+
+    def open(self, path: str, *, live: bool = True) -> Any:
+        self.page.goto(f"{self.server.url}{path}")
+        if live:
+            self.page.wait_for_selector("body.live-on", timeout=10_000)
+        return self.page
+
+    def shot(self, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def browsers(chromium: Any, console_server: ConsoleServer) -> Iterator[Any]:
+    opened: list[Browser] = []
+
+    def open_browser(*, phone: bool = False) -> Browser:
+        browser = Browser(chromium, console_server, phone=phone)
+        opened.append(browser)
+        return browser
+
+    yield open_browser
+    for browser in opened:
+        browser.close()

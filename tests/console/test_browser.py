@@ -1,0 +1,273 @@
+"""The console in headless Chromium against daphne and a real worker: live updates over the
+websocket, the verbs, what each role sees, and two people deciding the same call at once."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from runs import kernel
+from runs.models import Run, Task
+from tests.conftest import Team, wait_for
+from tests.console import states
+from tests.factories import make_member
+
+# django_db(transaction=True): pytest-django creates the test database only for sessions
+# with a test that asks for it; without it a run of this module alone would use the
+# main database. Transactional tests commit, so the worker and daphne see every row.
+pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.django_db(transaction=True)]
+
+ROUND_WITH_ONE_CALL = {
+    "tasks": [
+        {
+            "key": "r1",
+            "kind": "round",
+            "model": "script",
+            "prompt": "go",
+            "script": [
+                {"tool_calls": [{"tool": "test.echo", "args": {"value": 1, "note": "ship the <b>release</b>"}}]},
+                {"text": "done"},
+            ],
+            "after": [],
+        }
+    ],
+    "deliverable": "r1",
+    "approval": {"mode": "ask"},
+}
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+def waiting_for_approval(team: Team, **extra: Any) -> Run:
+    run, _ = kernel.create_run(workspace=team.workspace, user=team.users["operator"], body={**ROUND_WITH_ONE_CALL, **extra})
+    wait_for(lambda: Task.objects.filter(run=run, key="r1.1", status="needs_approval").exists(), message="r1.1 in needs_approval")
+    return run
+
+
+def halted(team: Team, *, flaky: bool, agent_name: str | None = None, detail: str = "boom") -> Run:
+    tool = (
+        {"tool": "test.flaky", "args": {"fail_times": 1, "id": uuid.uuid4().hex}}
+        if flaky
+        else {"tool": "test.fail", "args": {"error": "tool_failed", "detail": detail}}
+    )
+    body: dict[str, Any] = {
+        "tasks": [
+            {"key": "a", "kind": "tool", **tool, "after": [], "on_failure": "halt"},
+            {"key": "c", "kind": "tool", "tool": "test.echo", "args": {"value": 5}, "after": ["a"]},
+            {"key": "d", "kind": "tool", "tool": "test.echo", "args": {"value": 9}, "after": []},
+        ],
+        "deliverable": "c" if flaky else "d",
+    }
+    if agent_name:
+        body["agent"] = agent_name
+    run, _ = kernel.create_run(workspace=team.workspace, user=team.users["operator"], body=body)
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == "needs_attention", message="the run held")
+    return run
+
+
+def no_csp_violations(*browsers: Any) -> None:
+    for browser in browsers:
+        assert not [e for e in browser.errors if "Content Security Policy" in e], browser.errors
+
+
+@pytest.mark.spec("S5", "S6")
+def test_it_lets_an_operator_approve_and_watch_the_run_finish_live(live_team: Team, browsers: Any) -> None:
+    run = waiting_for_approval(live_team)
+    operator = browsers()
+    operator.open("/login/", live=False)
+    operator.shot("login")
+    operator.sign_in(live_team.users["operator"].username)
+    inbox = operator.open(f"/w/{live_team.slug}/inbox/")
+    expect(inbox.locator('article[data-task="r1.1"]')).to_be_visible()
+    expect(inbox.locator('article[data-task="r1.1"] pre.args')).to_contain_text("ship the <b>release</b>")
+    operator.shot("inbox")
+
+    page = operator.open(f"/runs/{run.pk}/")
+    expect(page.locator("#run-status")).to_have_text("running")
+    page.evaluate("window.oz0Marker = 'same page'")
+    operator.shot("run-waiting-for-approval")
+    page.click('article[data-task="r1.1"] button[data-verb="approve"]')
+    expect(page.locator('#toasts [data-outcome="ok"]')).to_contain_text("Approved")
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=30_000)
+    expect(page.locator("#run-output")).to_contain_text("done")
+    expect(page.locator('g.node[data-key="r1.1"]')).to_have_attribute("data-status", "completed")
+    assert page.evaluate("window.oz0Marker") == "same page"  # no reload: the websocket did it
+    operator.shot("run-completed")
+    no_csp_violations(operator)
+
+
+@pytest.mark.spec("S13", "S14", "S15", "S16")
+def test_it_lets_a_repairer_retry_one_halted_run_and_abandon_another(live_team: Team, browsers: Any) -> None:
+    states.agent("triage-bot-with-a-rather-long-name-for-the-table")
+    to_retry = halted(live_team, flaky=True, agent_name="triage-bot-with-a-rather-long-name-for-the-table")
+    to_abandon = halted(
+        live_team, flaky=False, agent_name="triage-bot-with-a-rather-long-name-for-the-table", detail="disk full on /var"
+    )
+    repairer = browsers()
+    repairer.sign_in(live_team.users["operator"].username)
+    page = repairer.open(f"/w/{live_team.slug}/holds/")
+    expect(page.locator(f"#hold-{to_retry.pk}")).to_be_visible()
+    expect(page.locator(f"#hold-{to_abandon.pk}")).to_contain_text("disk full on /var")
+    expect(page.locator(f"#hold-{to_abandon.pk} .badge-partial")).to_be_visible()
+    # only the failed task is a candidate: c and d offer nothing
+    assert page.locator(f'#hold-{to_retry.pk} button[data-verb="retry"]').count() == 1
+    repairer.shot("holds")
+
+    page.click(f'#hold-{to_retry.pk} button[data-verb="retry"]')
+    expect(page.locator('#toasts [data-outcome="ok"]').first).to_contain_text("Retried")
+    expect(page.locator(f"#hold-{to_retry.pk}")).to_have_count(0, timeout=30_000)
+    wait_for(lambda: Run.objects.get(pk=to_retry.pk).status == "completed", message="the retried run completed")
+    page.wait_for_load_state("networkidle")  # let the live refreshes of the retried run settle before the next click
+
+    page.click(f'#hold-{to_abandon.pk} button[data-verb="abandon"]')  # the confirm dialog is accepted
+    expect(page.locator('#toasts [data-outcome="ok"]').first).to_contain_text("Abandoned")
+    expect(page.locator(f"#hold-{to_abandon.pk}")).to_have_count(0, timeout=30_000)
+    wait_for(lambda: Run.objects.get(pk=to_abandon.pk).status == "completed", message="the abandoned run completed")
+    assert Run.objects.get(pk=to_abandon.pk).output == 9
+    expect(page.locator(".empty")).to_contain_text("No run is held")
+    repairer.shot("holds-repaired")
+
+    runs = repairer.open(f"/w/{live_team.slug}/runs/")
+    expect(runs.locator(f"#run-{to_retry.pk} .chip").first).to_have_text("completed")
+    repairer.shot("runs")
+    run_page = repairer.open(f"/runs/{to_abandon.pk}/")
+    expect(run_page.locator(".timeline")).to_contain_text("verb")
+    repairer.shot("run-abandoned")
+    no_csp_violations(repairer)
+
+
+@pytest.mark.spec("F11", "F12")
+def test_it_shows_a_viewer_kinds_but_no_words_and_no_buttons(live_team: Team, browsers: Any) -> None:
+    held_run = halted(live_team, flaky=False, detail="the secret detail of the failure")
+    waiting_for_approval(live_team)
+    viewer = browsers()
+    viewer.sign_in(live_team.users["viewer"].username)
+    for path, name in (
+        (f"/w/{live_team.slug}/inbox/", "viewer-inbox"),
+        (f"/w/{live_team.slug}/holds/", "viewer-holds"),
+        (f"/runs/{held_run.pk}/", "viewer-run"),
+    ):
+        page = viewer.open(path)
+        html = page.content()
+        assert "tool_failed" in html or "test.echo" in html
+        assert "secret detail" not in html and "release" not in html
+        assert page.locator("button[data-verb]").count() == 0
+        assert page.locator('form[action*="/tasks/"], form[action*="/append/"], form[action*="/cancel/"]').count() == 0
+        viewer.shot(name)
+    page = viewer.open(f"/runs/{held_run.pk}/")
+    expect(page.locator(".kind-fail").first).to_be_visible()
+    expect(page.locator("#run-status")).to_have_text("needs attention")
+    no_csp_violations(viewer)
+
+
+@pytest.mark.spec("S5", "S6")
+def test_it_tells_one_of_two_approvers_the_call_was_already_decided(live_team: Team, browsers: Any) -> None:
+    waiting_for_approval(live_team)
+    second = make_member(workspace=live_team.workspace, role="operator")
+    first_browser, second_browser = browsers(), browsers()
+    first_browser.sign_in(live_team.users["operator"].username)
+    second_browser.sign_in(second.username)
+    pages = [b.open(f"/w/{live_team.slug}/inbox/") for b in (first_browser, second_browser)]
+    buttons = [p.locator('article[data-task="r1.1"] button[data-verb="approve"]') for p in pages]
+    for button in buttons:
+        expect(button).to_be_visible()
+    for button in buttons:  # both clicks leave before either answer comes back
+        button.evaluate("b => b.click()")
+    for page in pages:
+        expect(page.locator("#toasts [data-outcome]").first).to_be_visible(timeout=15_000)
+    outcomes = sorted(p.locator("#toasts [data-outcome]").first.get_attribute("data-outcome") for p in pages)
+    assert outcomes == ["ok", "refused"], outcomes
+    loser = pages[0] if pages[0].locator('#toasts [data-outcome="refused"]').count() else pages[1]
+    expect(loser.locator('#toasts [data-outcome="refused"]')).to_contain_text("Already decided")
+    expect(loser.locator('#toasts [data-outcome="refused"]')).to_contain_text("approve")
+    for page in pages:  # and the decided call leaves both inboxes live
+        expect(page.locator('article[data-task="r1.1"]')).to_have_count(0, timeout=15_000)
+    (first_browser if loser is pages[0] else second_browser).shot("inbox-already-decided")
+    no_csp_violations(first_browser, second_browser)
+
+
+def test_it_reads_on_a_phone_without_sideways_scrolling(live_team: Team, browsers: Any) -> None:
+    states.agent("summarizer-agent-with-a-very-long-name-indeed")
+    held_run = halted(live_team, flaky=False, agent_name="summarizer-agent-with-a-very-long-name-indeed", detail="x" * 300)
+    waiting_for_approval(live_team)
+    canceled, _ = kernel.create_run(
+        workspace=live_team.workspace,
+        user=live_team.users["operator"],
+        body={
+            "agent": "summarizer-agent-with-a-very-long-name-indeed",
+            "tasks": [{"key": "s", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 5}, "after": []}],
+        },
+    )
+    kernel.cancel_run(run_id=canceled.pk, user=live_team.users["operator"], reason="enough")
+    phone = browsers(phone=True)
+    phone.sign_in(live_team.users["operator"].username)
+    paths = {
+        "phone-inbox": f"/w/{live_team.slug}/inbox/",
+        "phone-holds": f"/w/{live_team.slug}/holds/",
+        "phone-runs": f"/w/{live_team.slug}/runs/",
+        "phone-run": f"/runs/{held_run.pk}/",
+        "phone-scorecard": f"/w/{live_team.slug}/agents/summarizer-agent-with-a-very-long-name-indeed/",
+    }
+    for name, path in paths.items():
+        page = phone.open(path, live=name != "phone-scorecard")
+        phone.shot(name)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{name} scrolls sideways by {overflow}px"
+    desktop = browsers()
+    desktop.sign_in(live_team.users["operator"].username)
+    desktop.open(paths["phone-scorecard"], live=False)
+    desktop.shot("scorecard")
+    desktop.page.goto(f"{desktop.server.url}/login/")
+    no_csp_violations(phone, desktop)
+
+
+def test_it_shows_a_committed_change_in_the_runs_list_quickly(live_team: Team, browsers: Any) -> None:
+    """Commit -> websocket signal -> fragment fetch -> swapped row, timed on one machine's clock."""
+    import statistics
+    import time
+
+    run, _ = kernel.create_run(
+        workspace=live_team.workspace,
+        user=live_team.users["operator"],
+        body={"tasks": [{"key": "s", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 60}, "after": []}]},
+    )
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == "running", message="the run running")
+    operator = browsers()
+    operator.sign_in(live_team.users["operator"].username)
+    page = operator.open(f"/w/{live_team.slug}/runs/")
+    page.evaluate(
+        """rowId => {
+            window.oz0Seen = [];
+            let last = document.getElementById(rowId).dataset.status;
+            new MutationObserver(() => {
+                const row = document.getElementById(rowId);
+                if (row && row.dataset.status !== last) { last = row.dataset.status; window.oz0Seen.push({status: last, at: Date.now()}); }
+            }).observe(document.getElementById("runs-table"), {subtree: true, childList: true, attributes: true});
+        }""",
+        f"run-{run.pk}",
+    )
+    latencies = []
+    try:
+        for index in range(20):
+            verb, status = (kernel.pause_run, "paused") if index % 2 == 0 else (kernel.resume_run, "running")
+            verb(run_id=run.pk, user=live_team.users["operator"])
+            committed = time.time() * 1000
+            page.wait_for_function("n => window.oz0Seen.length >= n", arg=index + 1, timeout=10_000)
+            seen = page.evaluate("i => window.oz0Seen[i]", index)
+            assert seen["status"] == status
+            latencies.append(seen["at"] - committed)
+            page.wait_for_load_state("networkidle")
+    finally:
+        kernel.cancel_run(run_id=run.pk, user=live_team.users["operator"])
+    latencies.sort()
+    p95 = latencies[int(0.95 * (len(latencies) - 1))]
+    print(
+        f"commit -> runs list row updated: p50 {statistics.median(latencies):.0f} ms, p95 {p95:.0f} ms over {len(latencies)} changes"
+    )
+    assert p95 < 1000, latencies  # generous on a shared 2-core machine; the figure is printed

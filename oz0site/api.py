@@ -8,6 +8,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import NinjaAPI
+from ninja.parser import Parser
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 
@@ -29,8 +30,36 @@ class BearerAuth(HttpBearer):
         return row.user
 
 
-api = NinjaAPI(
+class Oz0Api(NinjaAPI):
+    """The OpenAPI document carries each agent's failure kinds, read at request time (F13)."""
+
+    def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None) -> Any:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        try:
+            from insights.catalog import openapi_failures
+        except ImportError:
+            return schema
+        kinds = openapi_failures()
+        schema["x-oz0-failures"] = kinds
+        schema["info"]["x-oz0-failures"] = kinds
+        return schema
+
+
+class StrictJsonParser(Parser):
+    """Parses bodies the way the row store needs: NUL bytes, exponent numbers and oversized
+    payloads are refused typed (S30, S31) before any handler runs."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        from runs.kernel.validation import parse_body
+
+        body = parse_body(request.body)
+        request._oz0_body = body  # type: ignore[attr-defined]
+        return body
+
+
+api = Oz0Api(
     title="oz0",
+    parser=StrictJsonParser(),
     version="1",
     description="oz0's run engine: create runs, read their trace, and repair them.",
     urls_namespace="api",
@@ -62,6 +91,9 @@ def invalid(request: HttpRequest, error: ValidationError) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
+    if isinstance(error.__cause__, KernelError):
+        # The strict parser's typed refusal, which ninja wraps as "Cannot parse request body".
+        return kernel_error(request, error.__cause__)
     key = "forbidden" if error.status_code == 403 else "http_error"
     return error_response(request, key, str(error), error.status_code)
 
@@ -73,6 +105,8 @@ def _register_routers() -> None:
     from inbox.api import router as inbox_router
 
     api.add_router("", inbox_router)
+    api.add_router("", __import__("runs.agents_api", fromlist=["router"]).router)
+    api.add_router("", __import__("runs.executors_api", fromlist=["router"]).router)
     try:
         from insights.api import router as insights_router
     except ImportError:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -28,8 +29,7 @@ def checked_database_url(value: str) -> str:
 def checked_redis_url(value: str) -> str:
     if not value:
         raise ConfigurationError(
-            "REDIS_URL is not set: give a redis://host:port/db URL, or use ./oz0, "
-            "which starts an embedded Redis when it is unset"
+            "REDIS_URL is not set: give a redis://host:port/db URL, or use ./oz0, which starts an embedded Redis when it is unset"
         )
     parts = _split("REDIS_URL", value)
     if parts.scheme not in {"redis", "rediss", "unix"}:
@@ -39,10 +39,99 @@ def checked_redis_url(value: str) -> str:
     return value
 
 
-def _split(name: str, value: str):  # type: ignore[no-untyped-def]
+def _split(name: str, value: str) -> SplitResult:
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - urlsplit checks the port only when it is read
     except ValueError as error:
         raise ConfigurationError(f"{name} is malformed: {error}") from None
     return parts
+
+
+def check_reachable(*, database_url: str, redis_url: str, timeout: float = 3.0) -> None:
+    """Connect to PostgreSQL and Redis once; an unreachable one is a ConfigurationError naming its variable."""
+    check_database_reachable(database_url, timeout=timeout)
+    check_redis_reachable(redis_url, timeout=timeout)
+
+
+def check_database_reachable(url: str, *, timeout: float = 3.0) -> None:
+    import environ
+    import psycopg
+
+    config = environ.Env.db_url_config(url)
+    options = dict(config.get("OPTIONS") or {})
+    params: dict[str, Any] = {
+        "host": config.get("HOST") or options.pop("host", None) or None,
+        "port": config.get("PORT") or options.pop("port", None) or None,
+        "user": config.get("USER") or None,
+        "password": config.get("PASSWORD") or None,
+        "dbname": config.get("NAME") or None,
+        "connect_timeout": max(1, int(timeout)),
+    }
+    params.update({k: v for k, v in options.items() if k in {"sslmode", "user", "password", "options"}})
+    where = _where(params.get("host"), params.get("port"), default_port=5432)
+    try:
+        with psycopg.connect(**{k: v for k, v in params.items() if v is not None}) as connection:
+            connection.execute("SELECT 1")
+    except psycopg.Error as error:
+        raise ConfigurationError(f"DATABASE_URL: cannot connect to {where} ({_reason(str(error))})") from None
+
+
+def check_redis_reachable(url: str, *, timeout: float = 3.0) -> None:
+    import redis
+
+    parts = urlsplit(url)
+    where = parts.path if parts.scheme == "unix" else _where(parts.hostname, parts.port, default_port=6379)
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        raise ConfigurationError(f"REDIS_URL: cannot connect to {where} ({_reason(str(error))})") from None
+    finally:
+        client.close()
+
+
+def describe_connection_error(error: BaseException) -> str | None:
+    """The one line for a failed connection of a running command, or None when it is something else."""
+    from django.conf import settings
+
+    try:
+        check_reachable(database_url=settings.DATABASE_URL, redis_url=settings.REDIS_URL)
+    except ConfigurationError as problem:
+        return str(problem)
+    except Exception:
+        return None
+    return None
+
+
+_REASONS = (
+    ("connection refused", "connection refused"),
+    ("timeout expired", "timed out"),
+    ("timed out", "timed out"),
+    ("name or service not known", "unknown host"),
+    ("nodename nor servname", "unknown host"),
+    ("temporary failure in name resolution", "unknown host"),
+    ("no such file or directory", "no server socket there"),
+    ("password authentication failed", "password authentication failed"),
+    ("authentication required", "authentication required"),
+    ("invalid username-password", "wrong password"),
+)
+
+
+def _reason(text: str) -> str:
+    lowered = text.lower()
+    for needle, reason in _REASONS:
+        if needle in lowered:
+            return reason
+    if "does not exist" in lowered:
+        for line in text.splitlines():
+            if "does not exist" in line:
+                return line.split("FATAL:")[-1].strip()
+    first = text.strip().splitlines()[0] if text.strip() else "no reason given"
+    return first[:200]
+
+
+def _where(host: Any, port: Any, *, default_port: int) -> str:
+    if host and str(host).startswith("/"):
+        return str(host)
+    return f"{host or 'localhost'}:{port or default_port}"

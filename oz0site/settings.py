@@ -8,14 +8,19 @@ from pathlib import Path
 
 import environ
 
-from oz0site.config import checked_database_url, checked_redis_url
+from oz0site.config import ConfigurationError, checked_database_url, checked_redis_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = env.str("SECRET_KEY", default="oz0-development-only-secret-key-change-me-in-production-0123456789")
+# Production (DEBUG off) needs a real key; `./oz0` makes one per install under OZ0_DATA_DIR.
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ConfigurationError("SECRET_KEY is not set: production (DEBUG=0) needs a long random SECRET_KEY")
+    SECRET_KEY = "oz0-development-only-secret-key-change-me-in-production-0123456789"
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -158,7 +163,8 @@ OZ0_HEARTBEAT_SECONDS = env.float("OZ0_HEARTBEAT_SECONDS", default=1.0)
 OZ0_REQUEUE_SECONDS = env.float("OZ0_REQUEUE_SECONDS", default=15.0)
 OZ0_APPROVAL_PARK_SECONDS = env.float("OZ0_APPROVAL_PARK_SECONDS", default=24 * 3600)
 OZ0_PROVIDER_ATTEMPTS = env.int("OZ0_PROVIDER_ATTEMPTS", default=3)
-OZ0_WORKER_HEARTBEAT_KEY = "oz0:worker-heartbeat"
+# Beat's sweep, run by a worker of the default queue, stamps this; /healthz reads it.
+OZ0_WORKER_HEARTBEAT_KEY = env.str("OZ0_WORKER_HEARTBEAT_KEY", default=f"oz0:worker-heartbeat:{CELERY_TASK_DEFAULT_QUEUE}")
 
 LOGGING = {
     "version": 1,
@@ -167,3 +173,21 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
 }
+
+# Model providers by route prefix (`openai:gpt-4o-mini` → the `openai` entry): base_url, api_key,
+# and optionally api (openai|anthropic, for an entry named otherwise), timeout, max_tokens.
+OZ0_PROVIDERS = env.json(
+    "OZ0_PROVIDERS",
+    default={
+        "openai": {
+            "api": "openai",
+            "base_url": env.str("OPENAI_BASE_URL", default="https://api.openai.com/v1"),
+            "api_key": env.str("OPENAI_API_KEY", default=""),
+        },
+        "anthropic": {
+            "api": "anthropic",
+            "base_url": env.str("ANTHROPIC_BASE_URL", default="https://api.anthropic.com/v1"),
+            "api_key": env.str("ANTHROPIC_API_KEY", default=""),
+        },
+    },
+)

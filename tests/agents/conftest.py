@@ -11,11 +11,11 @@ import pytest
 from django.conf import settings
 
 from tests.agents.fakes import FakeServer
-from tests.conftest import LiveStack, Team
-
-
-from tests.conftest import assert_test_database  # noqa: E402,F401 - re-exported for this package's fixtures
-
+from tests.conftest import (
+    LiveStack,
+    Team,
+    assert_test_database,  # noqa: E402,F401 - re-exported for this package's fixtures
+)
 
 OPENAI_KEY = "sk-fake-openai"
 ANTHROPIC_KEY = "sk-ant-fake"

@@ -8,8 +8,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import NinjaAPI
-from ninja.parser import Parser
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.security import HttpBearer, SessionAuth
 
 from runs.kernel.errors import KernelError

@@ -212,11 +212,15 @@ class Task(models.Model):
                 condition=Q(status__in=TASK_LIVE) | Q(status="waiting", ready=True),
             ),
             # Sweeps: claimed calls by heartbeat, queued calls by age, clocks by deadline.
-            models.Index(fields=["status", "heartbeat_at"], name="task_claimed", condition=Q(status__in=("running", "dispatched"))),
+            models.Index(
+                fields=["status", "heartbeat_at"], name="task_claimed", condition=Q(status__in=("running", "dispatched"))
+            ),
             models.Index(fields=["queued_at"], name="task_queued", condition=Q(status="waiting", ready=True)),
             models.Index(fields=["deadline_at"], name="task_deadline", condition=Q(deadline_at__isnull=False)),
             # The inbox: what waits on a person, newest-first per workspace via the run.
-            models.Index(fields=["status", "queued_at"], name="task_person", condition=Q(status__in=("needs_approval", "awaiting_input"))),
+            models.Index(
+                fields=["status", "queued_at"], name="task_person", condition=Q(status__in=("needs_approval", "awaiting_input"))
+            ),
             models.Index(fields=["run", "position"], name="task_run_position"),
         ]
 

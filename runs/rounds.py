@@ -58,7 +58,9 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
     if route in spent:
         route = next((r for r in routes if r not in spent), "")
         if not route:
-            kernel.task_fail(claimed.task_id, claimed.claim, "model_route_spent", "every route of this step is spent", state=state)
+            kernel.task_fail(
+                claimed.task_id, claimed.claim, "model_route_spent", "every route of this step is spent", state=state
+            )
             return
         state["route"] = route
     allowed = _allowed_tools(task, manifest)
@@ -217,7 +219,9 @@ def _report_answer(
             oz_fail = {"kind": args.get("kind"), "message": args.get("message")}
     if oz_fail is not None:
         history.append({"role": "assistant", "oz_fail": oz_fail})
-        transitions.round_oz_fail(claimed.task_id, claimed.claim, oz_fail.get("kind"), oz_fail.get("message"), extra=extra, state=state)
+        transitions.round_oz_fail(
+            claimed.task_id, claimed.claim, oz_fail.get("kind"), oz_fail.get("message"), extra=extra, state=state
+        )
         return
     if answer.ask is not None:
         key = f"{task.key}.{int(state.get('authored', 0)) + 1}"
@@ -254,7 +258,11 @@ def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str,
         if manifest and prompt == manifest.get("instructions"):
             prompt = ""  # an agent's instructions already travel as the system prompt
         if run.input is not None:
-            prompt = f"{prompt}\n\nInput:\n{json.dumps(run.input, sort_keys=True)}" if prompt else json.dumps(run.input, sort_keys=True)
+            prompt = (
+                f"{prompt}\n\nInput:\n{json.dumps(run.input, sort_keys=True)}"
+                if prompt
+                else json.dumps(run.input, sort_keys=True)
+            )
         # The APIs refuse an empty first turn; a run with neither prompt nor input still starts.
         history.append({"role": "user", "content": prompt or "Begin."})
     folded = set(state.get("folded", []))
@@ -281,7 +289,13 @@ def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str,
 def _tool_message(source: Task) -> dict[str, Any]:
     """A tool's answer for the model; a failed call is labelled as failed, with the tool's words."""
     if source.status == "completed":
-        return {"role": "tool", "id": source.key, "tool": source.spec.get("tool"), "ok": True, "content": _as_text((source.result or {}).get("value"))}
+        return {
+            "role": "tool",
+            "id": source.key,
+            "tool": source.spec.get("tool"),
+            "ok": True,
+            "content": _as_text((source.result or {}).get("value")),
+        }
     from runs import failures
 
     kind = failures.kind_for_error_key(source.error_key)
@@ -298,7 +312,13 @@ def _tool_message(source: Task) -> dict[str, Any]:
         "message": source.error_detail,
         "words_of": f"the tool {source.spec.get('tool')}",
     }
-    return {"role": "tool", "id": source.key, "tool": source.spec.get("tool"), "ok": False, "content": json.dumps(label, sort_keys=True)}
+    return {
+        "role": "tool",
+        "id": source.key,
+        "tool": source.spec.get("tool"),
+        "ok": False,
+        "content": json.dumps(label, sort_keys=True),
+    }
 
 
 def _as_text(value: Any) -> str:
@@ -378,7 +398,9 @@ def _call_entry(
             "oz_fail": answer.oz_fail,
         }
     if attempt is not None:
-        entry.update(outcome=attempt.kind, status=attempt.status, word=attempt.word, usage=attempt.usage, detail=attempt.detail[:500])
+        entry.update(
+            outcome=attempt.kind, status=attempt.status, word=attempt.word, usage=attempt.usage, detail=attempt.detail[:500]
+        )
         if attempt.refusal:
             entry["refusal"] = {"type": attempt.refusal, "category": attempt.category}
     return entry
@@ -420,7 +442,9 @@ def _run_summarizer(claimed: Claimed, task: Task, run: Run, cancel: threading.Ev
         kernel.task_fail(claimed.task_id, claimed.claim, "provider_error", f"{type(error).__name__}: {error}")
         return
     calls = [_call_entry(route, 1, answer=answer, request=request)]
-    kernel.task_complete(claimed.task_id, claimed.claim, answer.text or "", extra={"usage": answer.usage, "provider_calls": calls})
+    kernel.task_complete(
+        claimed.task_id, claimed.claim, answer.text or "", extra={"usage": answer.usage, "provider_calls": calls}
+    )
 
 
 TRANSCRIPT_MAX = 200_000

@@ -32,7 +32,11 @@ class ScriptProvider:
             calls = answer["tool_calls"]
             if not isinstance(calls, list):
                 raise AttemptFailed("malformed", "tool_calls is not a list", usage=usage)
-            return ProviderAnswer(tool_calls=[dict(c) if isinstance(c, Mapping) else {"tool": None} for c in calls], usage=usage, finish="tool_calls")
+            return ProviderAnswer(
+                tool_calls=[dict(c) if isinstance(c, Mapping) else {"tool": None} for c in calls],
+                usage=usage,
+                finish="tool_calls",
+            )
         if "ask" in answer:
             return ProviderAnswer(ask=str(answer["ask"]), usage=usage)
         if "oz_fail" in answer:
@@ -56,7 +60,9 @@ class ScriptProvider:
                 usage=usage,
             )
         if "finish" in answer:
-            raise AttemptFailed("finish_error", f"finish {answer['finish']}", word=str(answer.get("word", answer["finish"])), usage=usage)
+            raise AttemptFailed(
+                "finish_error", f"finish {answer['finish']}", word=str(answer.get("word", answer["finish"])), usage=usage
+            )
         if answer.get("context_overflow"):
             raise AttemptFailed("context_overflow", "the request is too long for the model", usage=usage)
         raise AttemptFailed("malformed", f"script answer {request.call_index + 1} has no known field")

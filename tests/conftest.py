@@ -225,6 +225,25 @@ def live_stack(django_db_setup: Any, django_db_blocker: Any, celery_queue: str) 
 
 
 @pytest.fixture
+def committed(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """Committed data on the test database, for tests whose threads or processes must see their
+    rows. Nothing is flushed afterwards (a TRUNCATE would fight the live worker's transactions):
+    each test makes its own workspace, as the live tests do."""
+    assert_test_database()
+    with django_db_blocker.unblock():
+        yield
+
+
+@pytest.fixture
+def no_dispatch(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Keep the kernel's Celery sends in a list instead of the broker: the test drives the work itself,
+    and a live worker elsewhere in the session must not take it."""
+    sent: list[int] = []
+    monkeypatch.setattr("runs.kernel.transitions._send", lambda ids, run_id=None: sent.extend(ids))
+    return sent
+
+
+@pytest.fixture
 def live(live_stack: LiveStack, django_db_blocker: Any) -> Iterator[LiveStack]:
     """Use in tests that need the worker: the database is shared and committed, not rolled back."""
     with django_db_blocker.unblock():

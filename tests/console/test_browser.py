@@ -14,10 +14,8 @@ from tests.conftest import Team, wait_for
 from tests.console import states
 from tests.factories import make_member
 
-# django_db(transaction=True): pytest-django creates the test database only for sessions
-# with a test that asks for it; without it a run of this module alone would use the
-# main database. Transactional tests commit, so the worker and daphne see every row.
-pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.django_db(transaction=True)]
+# Committed data (no rollback, no flush), so the worker and daphne see every row.
+pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.usefixtures("committed")]
 
 ROUND_WITH_ONE_CALL = {
     "tasks": [

@@ -14,7 +14,7 @@ from tests.conftest import Api, _database_url
 from tests.foundation.helpers import clean_env, oz0
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("committed")
 def test_it_prints_a_working_token_on_its_last_line(tmp_path: Any) -> None:
     from django.conf import settings
 

@@ -15,7 +15,7 @@ from runs.models import Run, TraceEvent
 from tests.conftest import Team
 from tests.runs.driver import drive, echo, fail, join, task
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.usefixtures("committed", "no_dispatch")
 
 
 def race(*contenders: Callable[[], Any]) -> list[Any]:

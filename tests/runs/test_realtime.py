@@ -15,7 +15,7 @@ from runs import kernel
 from tests.conftest import Team
 from tests.runs.driver import drive, echo, fail
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.usefixtures("committed", "no_dispatch")
 
 
 async def _next(layer: Any, channel: str, timeout: float = 5.0) -> dict[str, Any]:

@@ -76,7 +76,11 @@ ASGI_APPLICATION = "oz0site.asgi.application"
 
 DATABASE_URL = checked_database_url(env.str("DATABASE_URL", default=""))
 DATABASES = {"default": environ.Env.db_url_config(DATABASE_URL)}
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
+# Persistent connections: a Celery worker runs thousands of short kernel transactions, and
+# opening a PostgreSQL session for each (a backend fork) would cost more than the work.
+# Health checks drop a connection the server closed instead of failing the next task.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=300)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="test_oz0")}
 
 REDIS_URL = checked_redis_url(env.str("REDIS_URL", default=""))
@@ -163,6 +167,10 @@ OZ0_HEARTBEAT_SECONDS = env.float("OZ0_HEARTBEAT_SECONDS", default=1.0)
 OZ0_REQUEUE_SECONDS = env.float("OZ0_REQUEUE_SECONDS", default=15.0)
 OZ0_APPROVAL_PARK_SECONDS = env.float("OZ0_APPROVAL_PARK_SECONDS", default=24 * 3600)
 OZ0_PROVIDER_ATTEMPTS = env.int("OZ0_PROVIDER_ATTEMPTS", default=3)
+# Quick tools' ready calls go to workers in chunks of at most this many...
+OZ0_QUICK_BATCH = env.int("OZ0_QUICK_BATCH", default=16)
+# ...split into at least this many chunks when there are enough, so every worker gets a share.
+OZ0_QUICK_SPREAD = env.int("OZ0_QUICK_SPREAD", default=4)
 # Beat's sweep, run by a worker of the default queue, stamps this; /healthz reads it.
 OZ0_WORKER_HEARTBEAT_KEY = env.str("OZ0_WORKER_HEARTBEAT_KEY", default=f"oz0:worker-heartbeat:{CELERY_TASK_DEFAULT_QUEUE}")
 

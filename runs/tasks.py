@@ -12,6 +12,11 @@ def execute_task(task_id: int, run_id: str | None = None) -> None:
     execution.execute_task(task_id, run_id)
 
 
+@shared_task(name="runs.tasks.execute_batch", acks_late=True, reject_on_worker_lost=True)
+def execute_batch(task_ids: list[int], run_id: str | None = None) -> None:
+    execution.execute_batch(task_ids, run_id)
+
+
 @shared_task(name="runs.tasks.sweep", ignore_result=True)
 def sweep() -> None:
     sweeps.run_all()

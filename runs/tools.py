@@ -57,6 +57,14 @@ class Tool:
     # A runner tool is served by executors outside the workers (S8).
     runner: bool = False
     test_only: bool = False
+    # A quick tool computes its answer in memory in well under a millisecond and cannot block:
+    # its ready calls travel to workers in chunks and settle in one transaction per chunk.
+    # A quick tool must be replayable (a chunk lost with its worker is simply run again).
+    quick: bool = False
+
+    def __post_init__(self) -> None:
+        if self.quick and not self.replayable:
+            raise ValueError(f"tool {self.name}: a quick tool must be replayable")
 
 
 _REGISTRY: dict[str, Tool] = {}
@@ -121,8 +129,8 @@ def _effect(replayable: bool) -> ToolFn:
     return run
 
 
-register(Tool("test.echo", "Returns its value", _echo, replayable=True, test_only=True))
-register(Tool("test.fail", "Fails with the given error key", _fail, replayable=True, test_only=True))
+register(Tool("test.echo", "Returns its value", _echo, replayable=True, test_only=True, quick=True))
+register(Tool("test.fail", "Fails with the given error key", _fail, replayable=True, test_only=True, quick=True))
 register(Tool("test.sleep", "Sleeps, then returns the seconds", _sleep, replayable=True, test_only=True))
 register(Tool("test.flaky", "Fails its first n attempts, then succeeds", _flaky, replayable=True, test_only=True))
 register(Tool("test.effect", "Records one non-replayable execution", _effect(False), replayable=False, test_only=True))
@@ -134,7 +142,7 @@ def _now_tool(args: dict[str, Any], context: ToolContext) -> Any:
     return {"unix": time.time()}
 
 
-register(Tool("clock.now", "The worker's current time", _now_tool, replayable=True))
+register(Tool("clock.now", "The worker's current time", _now_tool, replayable=True, quick=True))
 
 
 # Served by `./oz0 runner` on a person's machine: echoes text through the machine's own `echo`.

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 from runs.kernel.errors import Conflict, Forbidden, InvalidRequest, KernelError, NotFound
 from runs.kernel.transitions import (
+    Outcome,
     abandon,
     answer,
     append,
     approve,
     cancel_run,
+    claim_batch,
     claim_task,
     compact,
     create_run,
     deny,
     heartbeat,
+    heartbeat_claim,
     pause_run,
+    report_batch,
     resolve_await,
     resume_run,
     retry,
@@ -35,6 +39,10 @@ from runs.kernel.transitions import (
 
 __all__ = [
     "Conflict",
+    "Outcome",
+    "claim_batch",
+    "heartbeat_claim",
+    "report_batch",
     "Forbidden",
     "InvalidRequest",
     "KernelError",

@@ -49,6 +49,8 @@ class _Txn:
     now: datetime = field(default_factory=timezone.now)
     events: list[TraceEvent] = field(default_factory=list)
     dispatch: list[int] = field(default_factory=list)
+    # Ready calls of quick tools (see runs.tools.Tool.quick): sent to workers in chunks.
+    dispatch_quick: list[int] = field(default_factory=list)
     cache: dict[str, Task] = field(default_factory=dict)
     changed: bool = False
     check_run: bool = False
@@ -228,10 +230,11 @@ class _Txn:
             TraceEvent.objects.bulk_create(self.events)
         if self.run_fields:
             self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
-        if self.dispatch:
+        if self.dispatch or self.dispatch_quick:
             ids = list(dict.fromkeys(self.dispatch))
+            quick = [i for i in dict.fromkeys(self.dispatch_quick) if i not in ids]
             run_id = self.run.pk
-            transaction.on_commit(lambda: _send(ids, run_id))
+            transaction.on_commit(lambda: _send(ids, run_id, quick))
         if self.changed:
             run = self.run
             payload = {
@@ -247,11 +250,25 @@ class _Txn:
             transaction.on_commit(lambda: realtime.publish(groups, payload))
 
 
-def _send(task_ids: list[int], run_id: Any = None) -> None:
-    from runs.tasks import execute_task
+def _send(task_ids: list[int], run_id: Any = None, quick: Sequence[int] = ()) -> None:
+    from runs.tasks import execute_batch, execute_task
 
+    run = str(run_id) if run_id is not None else None
     for task_id in task_ids:
-        execute_task.delay(task_id, str(run_id) if run_id is not None else None)
+        execute_task.delay(task_id, run)
+    for chunk in quick_chunks(list(quick)):
+        execute_batch.delay(chunk, run)
+
+
+def quick_chunks(ids: list[int]) -> list[list[int]]:
+    """Split ready quick calls into one message per chunk: a chunk is claimed, run and reported in
+    two transactions, yet there are enough chunks for every worker process to take a share."""
+    if not ids:
+        return []
+    size = max(1, int(settings.OZ0_QUICK_BATCH))
+    parts = max(1, int(settings.OZ0_QUICK_SPREAD))
+    size = max(1, min(size, -(-len(ids) // parts)))
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
 @contextmanager
@@ -629,6 +646,9 @@ def _start(txn: _Txn, task: Task) -> None:
         if tool.runner:
             txn.move(task, TaskStatus.DISPATCHED, ready=False, claim=None, heartbeat_at=None, queued_at=txn.now)
             return
+        if tool.quick:
+            txn.dispatch_quick.append(task.pk)
+            return
     txn.dispatch.append(task.pk)
 
 
@@ -983,6 +1003,93 @@ def task_fail(
             fields["state"] = dict(state)
         _fail_claimed(txn, task, status, error_key, detail, fields)
         return True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a worker says of one call of a batch: a value, a typed error, or that it stopped."""
+
+    task_id: int
+    value: Any = None
+    error: tuple[str, str | None] | None = None
+    stopped: bool = False
+
+
+def claim_batch(task_ids: Sequence[int], claim: str, run_id: Any) -> list[Claimed]:
+    """Take several queued quick calls of one run in one transaction (those still queued)."""
+    with _locked(run_id, "worker") as txn:
+        if txn.run.status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION):
+            return []
+        tasks = list(
+            Task.objects.filter(pk__in=list(task_ids), run=txn.run, status=TaskStatus.WAITING, ready=True, kind="tool").order_by(
+                "position"
+            )
+        )
+        claimed = []
+        for task in tasks:
+            txn.move(
+                task,
+                TaskStatus.RUNNING,
+                ready=False,
+                claim=claim,
+                heartbeat_at=txn.now,
+                started_at=txn.now,
+                attempt=task.attempt + 1,
+                cancel_requested=False,
+            )
+            claimed.append(
+                Claimed(task.pk, str(task.run_id), task.key, task.kind, task.spec, task.attempt, claim, task.state, task.lineage)
+            )
+        txn.check_run = False
+        return claimed
+
+
+def report_batch(run_id: Any, claim: str, outcomes: Sequence[Outcome], *, take: int = 0) -> list[int]:
+    """Settle a batch's calls in one transaction and release their consumers once.
+
+    Returns up to `take` quick calls this release made ready, which the reporting worker runs
+    next itself instead of sending them through the broker (a chain of quick calls then costs
+    no broker round trip per step). Should the worker die first, the lost-message sweep sends them.
+    """
+    with _locked(run_id, "worker") as txn:
+        held = {
+            t.pk: t
+            for t in Task.objects.filter(
+                pk__in=[o.task_id for o in outcomes], run=txn.run, claim=claim, status=TaskStatus.RUNNING
+            )
+        }
+        txn.remember(held.values())
+        completed: list[str] = []
+        for outcome in outcomes:
+            task = held.get(outcome.task_id)
+            if task is None:
+                continue
+            if outcome.stopped:
+                txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), finished_at=txn.now, claim=None)
+            elif outcome.error is not None:
+                key, detail = outcome.error
+                _fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {"finished_at": txn.now, "claim": None})
+            else:
+                result = {**(task.result or {}), "value": outcome.value}
+                txn.move(task, TaskStatus.COMPLETED, result=result, finished_at=txn.now, claim=None)
+                completed.append(task.key)
+        _release(txn, completed)
+        taken = txn.dispatch_quick[:take]
+        del txn.dispatch_quick[:take]
+        return taken
+
+
+def heartbeat_claim(claim: str) -> bool:
+    """Prove a batch's claimant alive; True when the kernel wants any of its calls to stop."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_task SET heartbeat_at = %s WHERE claim = %s AND status = 'running' RETURNING cancel_requested",
+            [timezone.now(), claim],
+        )
+        rows = cursor.fetchall()
+    return not rows or any(row[0] for row in rows)
 
 
 def _fail_claimed(txn: _Txn, task: Task, status: str, error_key: str, detail: str | None, fields: dict[str, Any]) -> None:

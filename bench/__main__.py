@@ -1,0 +1,240 @@
+"""`python -m bench [--quick] [--only NAME ...]`: run the benchmarks, print a table, write JSON.
+
+`./oz0 bench ARGS` runs this with the venv active and DATABASE_URL / REDIS_URL set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+WORKLOADS = ("references", "fan", "chain", "propagate", "inbox", "scorecard", "live")
+# Run first the workloads that must not have workers consuming the bench queue.
+ORDER = ("propagate", "inbox", "scorecard", "references", "fan", "chain", "live")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="./oz0 bench", description="oz0 against the physical limit and its peers, in one run")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, under 3 minutes")
+    parser.add_argument("--tiny", action="store_true", help="toy sizes: checks the plumbing only (the smoke test)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=WORKLOADS,
+        metavar="NAME",
+        help=f"run only this workload (repeatable): {', '.join(WORKLOADS)}; fan includes the references",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    from bench import harness
+
+    # A TERM (./oz0 stopping, a CI timeout) unwinds like ^C, so the workers the bench started are stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+    profile = harness.PROFILES["tiny" if args.tiny else "quick" if args.quick else "full"]
+    selected = set(args.only or WORKLOADS)
+    if "fan" in selected:
+        selected.discard("references")  # the fan measures the references interleaved with itself
+    env = harness.prepare_environment()
+    harness.say(f"bench ({profile.name}): database {harness.database_name(env.database_url)}, queue {env.queue}")
+    harness.ensure_database(env.database_url)
+    harness.setup_django()
+    harness.migrate_and_reset()
+
+    logdir = Path(tempfile.mkdtemp(prefix="oz0-bench-"))
+    procs = harness.Processes(env, logdir)
+    sections: dict[str, harness.Section] = {}
+    started = time.time()
+    peer_queue = f"{env.queue}-peer"
+    workers_up = False
+
+    def ensure_workers() -> None:
+        nonlocal workers_up
+        if workers_up:
+            return
+        _purge(env)
+        harness.say(f"starting {harness.WORKER_PROCESSES} Celery worker processes")
+        procs.celery_worker()
+        _warm_up(env, procs)
+        workers_up = True
+
+    try:
+        for name in ORDER:
+            if name not in selected:
+                continue
+            harness.say(f"== {name}")
+            try:
+                if name in ("fan", "references"):
+                    from bench import peer
+
+                    ensure_workers()
+                    peer.ensure_schema(env.database_url)
+                    peer.start_workers(procs, peer_queue)
+                    sections[name] = _fan(profile, env, peer_queue, with_fan=name == "fan")
+                elif name == "chain":
+                    from bench import chain
+
+                    ensure_workers()
+                    sections[name] = chain.run(profile)
+                elif name == "propagate":
+                    from bench import propagate
+
+                    if workers_up:
+                        raise RuntimeError("propagate must run before the workers start")
+                    sections[name] = propagate.run(profile)
+                elif name == "inbox":
+                    from bench import inbox
+
+                    sections[name] = inbox.run(profile)
+                elif name == "scorecard":
+                    sections[name] = _scorecard(profile)
+                elif name == "live":
+                    from bench import live
+
+                    ensure_workers()
+                    sections[name] = live.run(profile, env, procs)
+                procs.check_alive()
+            except Exception as error:  # one broken workload must not lose the others' figures
+                traceback.print_exc()
+                sections[name] = harness.Section(skipped=f"failed: {type(error).__name__}: {error}")
+    finally:
+        procs.stop()
+        _purge(env)
+        shutil.rmtree(logdir, ignore_errors=True)
+
+    elapsed = time.time() - started
+    data: dict[str, Any] = {
+        "profile": profile.name,
+        "command": "./oz0 bench"
+        + (" --quick" if args.quick else "")
+        + (" --tiny" if args.tiny else "")
+        + "".join(f" --only {o}" for o in (args.only or [])),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "seconds": round(elapsed, 1),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average": os.getloadavg(),
+            "postgres": _postgres_version(),
+        },
+        "git": _git_state(),
+        "database": harness.database_name(env.database_url),
+        "queue": env.queue,
+        "worker_processes": harness.WORKER_PROCESSES,
+        "workloads": {name: sections[name].as_json() for name in ORDER if name in sections},
+    }
+    path = harness.write_results(data)
+    print(harness.table({name: sections[name] for name in ORDER if name in sections}))
+    for name in ORDER:
+        for note in sections[name].notes if name in sections else []:
+            print(f"note ({name}): {note}")
+    print(f"\n{data['command']} took {elapsed:.0f}s; figures written to {path}")
+    return 0
+
+
+def _fan(profile: Any, env: Any, peer_queue: str, *, with_fan: bool) -> Any:
+    from bench import fan
+
+    return fan.run(profile, env, peer_queue=peer_queue, with_fan=with_fan)
+
+
+def _scorecard(profile: Any) -> Any:
+    from bench.harness import Section
+
+    try:
+        from bench import scorecard
+    except ImportError as error:
+        return Section(skipped=f"bench/scorecard.py is not there yet ({error})")
+    result = scorecard.run(profile.name == "quick" or profile.name == "tiny")
+    if isinstance(result, Section):
+        return result
+    if isinstance(result, dict) and "figures" in result:
+        from bench.harness import goal_at_most
+
+        section = Section(
+            figures=dict(result.get("figures", {})),
+            notes=list(result.get("notes", [])),
+            extra={k: v for k, v in result.items() if k not in ("figures", "notes")},
+        )
+        worst = result.get("scorecard_worst_median_server_ms")
+        if worst is not None:
+            section.goals.append(
+                goal_at_most(f"server time at {result.get('findings', 0):,} findings (worst shape)", worst, 100, " ms")
+            )
+        return section
+    return Section(extra={"result": result}, notes=["bench.scorecard.run returned no figures"])
+
+
+def _purge(env: Any) -> None:
+    """Drop what is left of the bench's own queues in the broker (nothing else's)."""
+    import redis
+
+    client = redis.Redis.from_url(env.redis_url)
+    try:
+        client.delete(env.queue)
+    finally:
+        client.close()
+
+
+def _warm_up(env: Any, procs: Any) -> None:
+    """One echo run through the workers: both processes have imported everything and connected."""
+    from bench.harness import bench_team, say, wait_until
+    from runs import kernel
+    from runs.models import Run
+
+    workspace, user = bench_team("warmup")
+    for _ in range(2):
+        run, _ = kernel.create_run(
+            workspace=workspace,
+            user=user,
+            body={"tasks": [{"key": f"w{i}", "kind": "tool", "tool": "test.echo", "args": {}} for i in range(8)]},
+        )
+
+        def done(run_id: Any = run.id) -> bool:
+            procs.check_alive()
+            return Run.objects.filter(pk=run_id, status="completed").exists()
+
+        wait_until(done, timeout=120, interval=0.05, what="the warm-up run")
+    say("workers are warm")
+
+
+def _git_state() -> dict[str, Any]:
+    """The commit measured, and whether the kernel or the worker path had uncommitted changes."""
+    import subprocess
+
+    from bench.harness import ROOT
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    dirty = git("status", "--porcelain", "--", "runs", "oz0site", "inbox", "insights")
+    return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_app_files": len(dirty.splitlines()) if dirty else 0}
+
+
+def _postgres_version() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        row = cursor.fetchone()
+    return str(row[0]) if row else ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""`chain`: N no-op tool tasks (`test.echo`) in a chain; the per-step overhead in ms.
+
+The chain is built behind a client-authored await (`gate`, which `c1` comes after), so no step
+runs before all are appended; then the gate is resolved. A step's overhead is the time from
+one task's `finished_at` to the next one's `started_at` (the kernel stamps both inside its
+transitions: the completion's commit, the Celery send, the broker, a worker picking the
+message up and the claim all fall in it). Each repetition gives the mean, median and p95 of
+its N-1 gaps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from bench.harness import Profile, Section, bench_team, goal_at_most, percentile, say, summary, wait_until
+
+APPEND_MAX = 64
+
+
+def run_chain(steps: int, workspace: Any, user: Any) -> dict[str, float]:
+    from runs import kernel
+    from runs.models import Run, Task
+
+    tasks = [
+        {"key": f"c{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}, "after": [f"c{i - 1}" if i > 1 else "gate"]}
+        for i in range(1, steps + 1)
+    ]
+    first = tasks[: APPEND_MAX - 1]
+    run, receipt = kernel.create_run(
+        workspace=workspace,
+        user=user,
+        body={"tasks": [{"key": "gate", "kind": "await", "question": "hold the chain until it is built"}, *first]},
+    )
+    rest = tasks[len(first) :]
+    for index in range(0, len(rest), APPEND_MAX):
+        chunk = rest[index : index + APPEND_MAX]
+        body: dict[str, Any] = {"tasks": chunk}
+        if index + APPEND_MAX >= len(rest):
+            body["deliverable"] = f"c{steps}"
+        kernel.append(run_id=run.id, user=user, body=body)
+    kernel.resolve_await(token=receipt["tokens"]["gate"], user=user, value="go")
+    wait_until(
+        lambda: Run.objects.filter(pk=run.id, status__in=("completed", "canceled", "needs_attention")).exists(),
+        timeout=600,
+        interval=0.05,
+        what="the chain to finish",
+    )
+    rows = {
+        key: (started, finished)
+        for key, started, finished in Task.objects.filter(run_id=run.id, status="completed").values_list(
+            "key", "started_at", "finished_at"
+        )
+    }
+    if len(rows) != steps + 1:
+        raise RuntimeError(f"bench: the chain completed {len(rows) - 1} of {steps} steps")
+    gaps = [(rows[f"c{i + 1}"][0] - rows[f"c{i}"][1]).total_seconds() * 1000 for i in range(1, steps)]
+    busy = [(rows[f"c{i}"][1] - rows[f"c{i}"][0]).total_seconds() * 1000 for i in range(1, steps + 1)]
+    total = (rows[f"c{steps}"][1] - rows["gate"][1]).total_seconds() * 1000
+    return {
+        "gap_mean_ms": statistics.fmean(gaps),
+        "gap_p50_ms": statistics.median(gaps),
+        "gap_p95_ms": percentile(gaps, 95),
+        "step_total_ms": total / steps,
+        "claim_to_finish_ms": statistics.median(busy),
+    }
+
+
+def run(profile: Profile) -> Section:
+    workspace, user = bench_team("chain")
+    results = []
+    for rep in range(profile.reps):
+        result = run_chain(profile.chain_steps, workspace, user)
+        results.append(result)
+        say(f"chain rep {rep + 1}/{profile.reps}: " + ", ".join(f"{k} {v:.1f}" for k, v in result.items()))
+    section = Section()
+    n = profile.chain_steps
+    section.figures[f"per-step overhead, mean of {n - 1} gaps"] = summary([r["gap_mean_ms"] for r in results], "ms")
+    section.figures["per-step overhead, median gap"] = summary([r["gap_p50_ms"] for r in results], "ms")
+    section.figures["per-step overhead, p95 gap"] = summary([r["gap_p95_ms"] for r in results], "ms")
+    section.figures["a step's claim to its completion (echo)"] = summary([r["claim_to_finish_ms"] for r in results], "ms")
+    section.figures["whole step (chain time / steps)"] = summary([r["step_total_ms"] for r in results], "ms")
+    section.goals.append(
+        goal_at_most(
+            "per-step overhead (mean gap)", section.figures[f"per-step overhead, mean of {n - 1} gaps"]["median"], 20, " ms"
+        )
+    )
+    section.extra = {"runs": results, "steps": n}
+    return section

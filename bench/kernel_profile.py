@@ -1,0 +1,196 @@
+"""`python -m bench.kernel_profile [N]`: where one task's kernel work goes, without workers or a broker in the way.
+
+Builds a run of N `test.echo` tasks behind an await on the bench database, sends their Celery
+messages to a queue nobody consumes (dropped afterwards), then plays the worker's part
+in-process for each task: `claim_task` and `task_complete`, timing each and counting its SQL
+statements. Prints the medians, the statements of one claim and one completion, and a cProfile
+of the whole loop. Evidence for kernel work, not a benchmark figure.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+from typing import Any
+
+
+def main(argv: list[str]) -> int:
+    from bench import harness
+
+    mode = argv[0] if argv and not argv[0].isdigit() else "tasks"
+    numbers = [a for a in argv if a.isdigit()]
+    n = int(numbers[0]) if numbers else 300
+    env = harness.prepare_environment()
+    harness.ensure_database(env.database_url)
+    harness.setup_django()
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0, interactive=False)
+    from runs import kernel
+    from runs.models import Task
+
+    workspace, user = harness.bench_team("profile")
+    if mode in ("chain", "tree"):
+        return propagate_profile(mode, n, workspace, user, env)
+    if mode == "worker":
+        return worker_profile(n, workspace, user, env)
+    tasks = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}} for i in range(1, n + 1)]
+    run, _ = kernel.create_run(
+        workspace=workspace, user=user, body={"tasks": [{"key": "gate", "kind": "await", "question": "open"}, *tasks[:63]]}
+    )
+    for index in range(63, n, 64):
+        kernel.append(run_id=run.id, user=user, body={"tasks": tasks[index : index + 64]})
+    ids = list(Task.objects.filter(run=run, kind="tool").order_by("position").values_list("pk", flat=True))
+
+    claim_ms: list[float] = []
+    complete_ms: list[float] = []
+    claim_q: list[int] = []
+    complete_q: list[int] = []
+    statements: dict[str, list[str]] = {"claim": [], "complete": []}
+
+    def capture(kind: str) -> Any:
+        def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            if len(statements[kind]) < 60 and capturing[0]:
+                statements[kind].append(sql[:160])
+            return execute(sql, params, many, context)
+
+        return wrapper
+
+    capturing = [True]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for task_id in ids:
+        with harness.QueryCounter() as q1, connection.execute_wrapper(capture("claim")):
+            t = time.perf_counter()
+            claimed = kernel.claim_task(task_id, f"profile-{task_id}")
+            claim_ms.append((time.perf_counter() - t) * 1000)
+        assert claimed is not None
+        with harness.QueryCounter() as q2, connection.execute_wrapper(capture("complete")):
+            t = time.perf_counter()
+            kernel.task_complete(task_id, claimed.claim, claimed.spec["args"]["value"])
+            complete_ms.append((time.perf_counter() - t) * 1000)
+        capturing[0] = False  # the statements of the first task are enough
+        claim_q.append(q1.count)
+        complete_q.append(q2.count)
+    profiler.disable()
+
+    print(
+        f"{n} tasks, in-process, one run: claim {statistics.median(claim_ms):.2f} ms / {statistics.median(claim_q)} statements, "
+        f"complete {statistics.median(complete_ms):.2f} ms / {statistics.median(complete_q)} statements (medians)"
+    )
+    for kind, sqls in statements.items():
+        print(f"\n-- the statements of one {kind}:")
+        for sql in sqls:
+            print("  ", sql)
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(35)
+    print(stream.getvalue())
+    import redis
+
+    redis.Redis.from_url(env.redis_url).delete(env.queue)
+    return 0
+
+
+def worker_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
+    """The worker's whole path per task (`runs.execution.execute_task`, as the Celery task calls it),
+    in-process: statements, new database sessions and time per task."""
+    import redis
+    from django.db import connection
+
+    from bench import harness
+    from runs import execution, kernel
+    from runs.models import Task
+
+    tasks = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}} for i in range(1, n + 1)]
+    run, _ = kernel.create_run(
+        workspace=workspace, user=user, body={"tasks": [{"key": "gate", "kind": "await", "question": "open"}, *tasks[:63]]}
+    )
+    for index in range(63, n, 64):
+        kernel.append(run_id=run.id, user=user, body={"tasks": tasks[index : index + 64]})
+    ids = list(Task.objects.filter(run=run, kind="tool").order_by("position").values_list("pk", flat=True))
+    opened = [0]
+    original_connect = connection.connect
+
+    def counting_connect() -> None:
+        opened[0] += 1
+        original_connect()
+
+    connection.connect = counting_connect  # type: ignore[method-assign]
+    # Blocks of 25 tasks alternate the project's setting (CONN_MAX_AGE 0: a new session per task)
+    # with persistent connections (None), side by side.
+    modes = {"CONN_MAX_AGE=0 (the default)": 0, "CONN_MAX_AGE=None (persistent)": None}
+    per_task_ms: dict[str, list[float]] = {m: [] for m in modes}
+    statements: dict[str, int] = dict.fromkeys(modes, 0)
+    sessions: dict[str, int] = dict.fromkeys(modes, 0)
+    for block, start in enumerate(range(0, len(ids), 25)):
+        mode = list(modes)[block % 2]
+        connection.close()
+        connection.settings_dict["CONN_MAX_AGE"] = modes[mode]
+        before = opened[0]
+        with harness.QueryCounter() as queries:
+            for task_id in ids[start : start + 25]:
+                started = time.perf_counter()
+                execution.execute_task(task_id)
+                per_task_ms[mode].append((time.perf_counter() - started) * 1000)
+        statements[mode] += queries.count
+        sessions[mode] += opened[0] - before
+    connection.connect = original_connect  # type: ignore[method-assign]
+    done = Task.objects.filter(pk__in=ids, status="completed").count()
+    print(f"{done}/{n} tasks through runs.execution.execute_task in-process, blocks of 25 alternating:")
+    for mode, times in per_task_ms.items():
+        print(
+            f"  {mode:<32} {statistics.median(times):6.1f} ms per task (median of {len(times)}), "
+            f"{statements[mode] / len(times):.1f} statements, {sessions[mode] / len(times):.2f} new sessions per task"
+        )
+    redis.Redis.from_url(env.redis_url).delete(env.queue)
+    return 0
+
+
+def propagate_profile(shape: str, n: int, workspace: Any, user: Any, env: Any) -> int:
+    """cProfile of one failing transition over `n` descendants (see bench.propagate)."""
+    import redis
+
+    from bench import harness, propagate
+    from runs import kernel
+
+    run, root_id = propagate.build(n, shape, workspace, user)
+    claimed = kernel.claim_task(root_id, "profile")
+    assert claimed is not None
+    from django.db import connection
+
+    profiler = cProfile.Profile()
+    by_statement: dict[str, list[float]] = {}
+
+    def timing(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            by_statement.setdefault(" ".join(sql.split())[:110], []).append((time.perf_counter() - started) * 1000)
+
+    with harness.QueryCounter() as queries, connection.execute_wrapper(timing):
+        started = time.perf_counter()
+        profiler.enable()
+        kernel.task_fail(root_id, claimed.claim, "tool_failed", "profile")
+        profiler.disable()
+        ms = (time.perf_counter() - started) * 1000
+    print(f"{shape} of {n}: failing transition {ms:.0f} ms, {queries.count} statements")
+    print(
+        "statement (first 110 chars)                                                                      count  total ms  median ms"
+    )
+    for sql, times in sorted(by_statement.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{sql:<110} {len(times):>5} {sum(times):>9.0f} {statistics.median(times):>9.2f}")
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
+    print(stream.getvalue())
+    redis.Redis.from_url(env.redis_url).delete(env.queue)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

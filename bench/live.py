@@ -1,0 +1,314 @@
+"""`live`: commit -> websocket message at the client, p50 and p95, with 100 runs changing at once.
+
+daphne serves the project's ASGI app on a free port against the bench database and broker.
+A separate client process (as a browser would be) opens one websocket per run to
+`/ws/runs/<id>/` with a member's session cookie and stamps each message on arrival. The bench
+process then changes all 100 runs at once through the kernel (pause, then resume, wave after
+wave; 4 threads, each with its own connection) and stamps each change's commit with an
+`on_commit` hook registered before the kernel's own, so it runs first after COMMIT. A
+message is matched to its change by (run, seq). Both stamps are `time.time()` on one machine.
+
+The clients open their sockets 10 handshakes at a time (and reopen a dropped one); after the
+measurement, `connect_burst` opens all 100 at the same instant and counts the refusals: one
+daphne process's channel layer pool (redis-py's default of 100 connections) refuses part of
+such a burst (MaxConnectionsError in `group_add`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from bench.harness import (
+    Environment,
+    Processes,
+    Profile,
+    Section,
+    bench_team,
+    free_port,
+    goal_at_most,
+    percentile,
+    say,
+    summary,
+    wait_until,
+)
+
+THREADS = 4
+
+
+CONNECT_AT_ONCE = 10  # handshakes in flight at a time while measuring; `connect_burst` tries all at once
+
+
+def _client_main(port: int, cookie: str, run_ids: list[str], expected: int, ready: Any, stop: Any, out: Any) -> None:
+    """The browser side: one websocket per run; stamps each message on arrival; reconnects a dropped socket."""
+    import json
+
+    from websockets.asyncio.client import connect
+
+    received: list[tuple[str, int, float]] = []
+    counts = {"connect_failures": 0, "drops": 0}
+    connected_ids: set[str] = set()
+    all_connected = asyncio.Event()
+    stopping = asyncio.Event()
+
+    async def listen(run_id: str, gate: asyncio.Semaphore) -> None:
+        while not stopping.is_set():
+            try:
+                async with gate:
+                    ws = await connect(
+                        f"ws://127.0.0.1:{port}/ws/runs/{run_id}/",
+                        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+                        additional_headers={"Cookie": f"sessionid={cookie}"},
+                        open_timeout=30,
+                    )
+            except Exception:
+                counts["connect_failures"] += 1
+                await asyncio.sleep(0.5)
+                continue
+            connected_ids.add(run_id)
+            if len(connected_ids) == len(run_ids):
+                all_connected.set()
+            try:
+                async for raw in ws:
+                    stamp = time.time()
+                    message = json.loads(raw)
+                    received.append((str(message.get("run")), int(message.get("seq") or 0), stamp))
+            except Exception:
+                pass
+            finally:
+                connected_ids.discard(run_id)
+                await ws.close()
+            if not stopping.is_set():
+                counts["drops"] += 1
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(CONNECT_AT_ONCE)
+        tasks = [asyncio.create_task(listen(r, gate)) for r in run_ids]
+        try:
+            await asyncio.wait_for(all_connected.wait(), timeout=120)
+        except TimeoutError:
+            out.put(("error", f"{len(connected_ids)} of {len(run_ids)} websockets connected ({counts})"))
+            stopping.set()
+            for task in tasks:
+                task.cancel()
+            return
+        ready.set()
+        while not stop.is_set() and len(received) < expected:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        stopping.set()
+        for task in tasks:
+            task.cancel()
+        out.put(("ok", {"received": received, **counts}))
+
+    asyncio.run(main())
+
+
+def connect_burst(port: int, cookie: str, run_ids: list[str]) -> dict[str, int]:
+    """Open every websocket at once (no pacing), as a page reload of 100 clients would: how many are refused."""
+    import json  # noqa: F401 - parity with the client
+
+    from websockets.asyncio.client import connect
+
+    async def one(run_id: str) -> bool:
+        try:
+            ws = await connect(
+                f"ws://127.0.0.1:{port}/ws/runs/{run_id}/",
+                origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+                additional_headers={"Cookie": f"sessionid={cookie}"},
+                open_timeout=30,
+            )
+        except Exception:
+            return False
+        await asyncio.sleep(1.0)
+        await ws.close()
+        return True
+
+    async def main() -> list[bool]:
+        return list(await asyncio.gather(*(one(r) for r in run_ids)))
+
+    results = asyncio.run(main())
+    return {"attempted": len(results), "refused": results.count(False)}
+
+
+def _wait_for_port(port: int, procs: Processes) -> bool:
+    procs.check_alive()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def run(profile: Profile, env: Environment, procs: Processes) -> Section:
+    from django.db import connection, transaction
+    from django.test import Client
+
+    from runs import kernel
+
+    workspace, user = bench_team("live")
+    runs = []
+    for _ in range(profile.live_runs):
+        run_row, _ = kernel.create_run(
+            workspace=workspace, user=user, body={"tasks": [{"key": "gate", "kind": "await", "question": "held open"}]}
+        )
+        runs.append(str(run_row.id))
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies["sessionid"].value
+
+    port = free_port()
+    daphne = procs.spawn(
+        "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "oz0site.asgi:application"]
+    )
+    wait_until(lambda: _wait_for_port(port, procs), timeout=60, interval=0.1, what="daphne to listen")
+
+    # Stamp when each publish's group_send has returned (the publisher's side of the latency):
+    # the kernel calls `realtime.publish` through the module, so a wrapper here sees every one.
+    from oz0site import realtime
+
+    original_publish = realtime.publish
+    published: dict[tuple[str, int], float] = {}
+
+    def stamped_publish(groups: list[str], event: dict[str, Any]) -> Any:
+        future = original_publish(groups, event)
+        key = (str(event.get("run")), int(event.get("seq") or 0))
+        if future is not None:
+            future.add_done_callback(lambda _f, key=key: published.__setitem__(key, time.time()))
+        return future
+
+    realtime.publish = stamped_publish  # type: ignore[assignment]
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    waves = profile.live_waves + 1  # wave 0 warms the publisher's channel-layer connections: not counted
+    expected = profile.live_runs * waves
+    listener = ctx.Process(target=_client_main, args=(port, cookie, runs, expected, ready, stop, out))
+    listener.start()
+    try:
+        if not ready.wait(timeout=150):
+            status, detail = out.get(timeout=5) if not out.empty() else ("error", "no answer")
+            raise RuntimeError(f"bench: the websocket clients did not connect: {detail}")
+        say(f"live: {len(runs)} websockets connected to daphne on port {port}")
+        commits: dict[tuple[str, int], float] = {}
+        wave_of: dict[tuple[str, int], int] = {}
+        lock = threading.Lock()
+        barrier = threading.Barrier(THREADS + 1)
+        errors: list[BaseException] = []
+
+        def change(run_id: str, wave: int) -> None:
+            stamp: list[float] = []
+            with transaction.atomic():
+                transaction.on_commit(lambda: stamp.append(time.time()))
+                if wave % 2 == 0:
+                    changed = kernel.pause_run(run_id=run_id, user=user)
+                else:
+                    changed = kernel.resume_run(run_id=run_id, user=user)
+            with lock:
+                commits[(run_id, int(changed.last_seq))] = stamp[0]
+                wave_of[(run_id, int(changed.last_seq))] = wave
+
+        def driver(share: list[str]) -> None:
+            try:
+                for wave in range(waves):
+                    barrier.wait()
+                    for run_id in share:
+                        change(run_id, wave)
+                    barrier.wait()
+            except BaseException as error:  # surfaced below; the barrier is broken for the others
+                errors.append(error)
+                barrier.abort()
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=driver, args=(runs[i::THREADS],), daemon=True) for i in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for wave in range(waves):
+            barrier.wait()
+            started = time.time()
+            barrier.wait()
+            say(
+                f"live wave {wave}/{profile.live_waves}{' (warm-up)' if wave == 0 else ''}: {len(runs)} runs changed in {(time.time() - started) * 1000:.0f} ms"
+            )
+            time.sleep(0.5)
+        for thread in threads:
+            thread.join(timeout=60)
+        if errors:
+            raise errors[0]
+        stop.set()
+        status, payload = out.get(timeout=60)
+        if status != "ok":
+            raise RuntimeError(f"bench: the websocket clients failed: {payload}")
+        stop.set()
+        listener.join(timeout=30)
+        burst = connect_burst(port, cookie, runs)
+        say(f"live: a burst of {burst['attempted']} simultaneous websocket connects: {burst['refused']} refused")
+    finally:
+        realtime.publish = original_publish  # type: ignore[assignment]
+        stop.set()
+        listener.join(timeout=30)
+        if listener.is_alive():
+            listener.kill()
+        procs.stop(daphne)
+
+    latencies: dict[int, list[float]] = {}
+    to_publish: dict[int, list[float]] = {}
+    to_client: dict[int, list[float]] = {}
+    matched = 0
+    for run_id, seq, received in payload["received"]:
+        key = (run_id, seq)
+        if key in commits:
+            matched += 1
+            wave = wave_of[key]
+            if wave == 0:
+                continue
+            latencies.setdefault(wave, []).append((received - commits[key]) * 1000)
+            if key in published:
+                to_publish.setdefault(wave, []).append((published[key] - commits[key]) * 1000)
+                to_client.setdefault(wave, []).append((received - published[key]) * 1000)
+    lost = len(commits) - matched
+    p50s = [percentile(v, 50) for v in latencies.values() if v]
+    p95s = [percentile(v, 95) for v in latencies.values() if v]
+    pooled = [x for v in latencies.values() for x in v]
+    section = Section()
+    section.figures[f"commit -> message p50 ({len(runs)} runs at once)"] = summary(p50s, "ms", digits=1)
+    section.figures[f"commit -> message p95 ({len(runs)} runs at once)"] = summary(p95s, "ms", digits=1)
+    for label, split in (("commit -> group_send done (publisher)", to_publish), ("group_send done -> client", to_client)):
+        section.figures[f"{label} p50"] = summary([percentile(v, 50) for v in split.values() if v], "ms", digits=1)
+        section.figures[f"{label} p95"] = summary([percentile(v, 95) for v in split.values() if v], "ms", digits=1)
+    section.figures["messages lost"] = summary([lost], "messages", digits=0)
+    section.figures["sockets dropped while measuring"] = summary([payload["drops"]], "sockets", digits=0)
+    section.figures[f"connects refused, {len(runs)} at once (unpaced)"] = summary([burst["refused"]], "connects", digits=0)
+    section.goals.append(
+        goal_at_most(
+            "p95 commit -> message", section.figures[f"commit -> message p95 ({len(runs)} runs at once)"]["median"], 100, " ms"
+        )
+    )
+    section.extra = {
+        "pooled_p50_ms": round(percentile(pooled, 50), 1) if pooled else None,
+        "pooled_p95_ms": round(percentile(pooled, 95), 1) if pooled else None,
+        "pooled_max_ms": round(max(pooled), 1) if pooled else None,
+        "samples": len(pooled),
+        "waves": profile.live_waves,
+        "paced_connect_failures": payload["connect_failures"],
+        "burst": burst,
+    }
+    if burst["refused"]:
+        section.notes.append(
+            f"{burst['refused']} of {burst['attempted']} websocket connects opened at the same instant were refused "
+            "(daphne: redis MaxConnectionsError in channels_redis group_add; the layer's pool holds 100 connections)"
+        )
+    section.notes.append(
+        "the split at the publisher is approximate: its stamp is taken by a done-callback on the publisher's event loop, "
+        "which can run after the client already has the message (a negative 'group_send done -> client')"
+    )
+    section.notes.append(
+        f"one figure per wave of {len(runs)} changes (median of the waves' p50 and p95); {len(pooled)} messages matched"
+    )
+    return section

@@ -1,0 +1,88 @@
+"""Quick tools' calls travel in chunks and settle in one transaction per chunk."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from runs import kernel
+from runs.execution import tool_outcome
+from runs.kernel.transitions import quick_chunks
+from runs.models import Run, TraceEvent
+from tests.conftest import Team
+from tests.runs.driver import echo, fail, join, statuses, task
+
+
+def create(team: Team, tasks: list[dict[str, Any]], deliverable: str) -> Run:
+    run, _ = kernel.create_run(
+        workspace=team.workspace, user=team.users["operator"], body={"tasks": tasks, "deliverable": deliverable}
+    )
+    return run
+
+
+def run_chunk(run: Run, keys: list[str], claim: str = "chunk") -> int:
+    ids = [task(run, k).pk for k in keys]
+    claimed = kernel.claim_batch(ids, claim, run.pk)
+    outcomes = [tool_outcome(c, threading.Event()) for c in claimed]
+    kernel.report_batch(run.pk, claim, outcomes)
+    return len(claimed)
+
+
+@override_settings(OZ0_QUICK_BATCH=16, OZ0_QUICK_SPREAD=4)
+def test_it_splits_ready_quick_calls_into_chunks_for_every_worker() -> None:
+    assert quick_chunks([]) == []
+    assert quick_chunks([1, 2, 3]) == [[1], [2], [3]]
+    assert [len(c) for c in quick_chunks(list(range(64)))] == [16, 16, 16, 16]
+    assert [len(c) for c in quick_chunks(list(range(100)))] == [16] * 6 + [4]
+    assert [len(c) for c in quick_chunks(list(range(10)))] == [3, 3, 3, 1]
+
+
+@pytest.mark.spec("S11", "S16")
+def test_it_settles_a_chunk_in_one_transaction_with_each_calls_own_policy(team: Team) -> None:
+    run = create(team, [echo("a", 1), fail("b"), echo("c", 3), echo("after_b", after=["b"]), join("j", ["a", "c"])], "j")
+    seq_before = run.last_seq
+    assert run_chunk(run, ["a", "b", "c"]) == 3
+    run.refresh_from_db()
+    assert statuses(run) == {"a": "completed", "b": "failed", "c": "completed", "after_b": "skipped", "j": "completed"}
+    assert run.status == "completed" and run.output == {"a": 1, "c": 3}
+    # One claim and one report: two run-status-free transactions, each writing its events in order.
+    seqs = list(TraceEvent.objects.filter(run=run, seq__gt=seq_before).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(seq_before + 1, seq_before + 1 + len(seqs)))
+
+
+def test_it_claims_only_what_is_still_queued(team: Team) -> None:
+    run = create(team, [echo("a"), echo("b")], "b")
+    assert kernel.claim_task(task(run, "a").pk, "single") is not None
+    claimed = kernel.claim_batch([task(run, "a").pk, task(run, "b").pk], "chunk", run.pk)
+    assert [c.key for c in claimed] == ["b"]
+    # A report for a call the chunk does not hold changes nothing.
+    assert kernel.report_batch(run.pk, "chunk", [kernel.Outcome(task(run, "a").pk, value=9)]) == []
+    assert task(run, "a").status == "running"
+
+
+def test_it_hands_the_next_quick_calls_to_the_reporting_worker(team: Team) -> None:
+    run = create(team, [echo("a"), echo("b", after=["a"]), echo("c", after=["b"])], "c")
+    claimed = kernel.claim_batch([task(run, "a").pk], "w", run.pk)
+    taken = kernel.report_batch(run.pk, "w", [tool_outcome(c, threading.Event()) for c in claimed], take=2)
+    assert taken == [task(run, "b").pk]
+    assert task(run, "b").ready and task(run, "b").status == "waiting"
+
+
+def test_it_stops_a_chunk_of_a_canceled_run(team: Team) -> None:
+    run = create(team, [echo("a"), echo("b")], "b")
+    claimed = kernel.claim_batch([task(run, "a").pk], "chunk", run.pk)
+    kernel.cancel_run(run_id=run.pk, user=team.users["operator"], reason="stop")
+    assert kernel.heartbeat_claim("chunk") is True
+    kernel.report_batch(run.pk, "chunk", [kernel.Outcome(claimed[0].task_id, stopped=True)])
+    run.refresh_from_db()
+    assert run.status == "canceled" and statuses(run) == {"a": "canceled", "b": "canceled"}
+
+
+def test_it_keeps_quick_tools_replayable() -> None:
+    from runs.tools import Tool
+
+    with pytest.raises(ValueError, match="replayable"):
+        Tool("x.quick", "", None, replayable=False, quick=True)

@@ -88,7 +88,12 @@ REDIS_URL = checked_redis_url(env.str("REDIS_URL", default=""))
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env.str("OZ0_CHANNEL_PREFIX", default="oz0")},
+        # redis-py's async pool stops at 100 connections by default; a console with many open
+        # pages joins groups concurrently, so allow more (OZ0_CHANNEL_CONNECTIONS).
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "max_connections": env.int("OZ0_CHANNEL_CONNECTIONS", default=1000)}],
+            "prefix": env.str("OZ0_CHANNEL_PREFIX", default="oz0"),
+        },
     }
 }
 

@@ -239,7 +239,7 @@ def no_dispatch(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Keep the kernel's Celery sends in a list instead of the broker: the test drives the work itself,
     and a live worker elsewhere in the session must not take it."""
     sent: list[int] = []
-    monkeypatch.setattr("runs.kernel.transitions._send", lambda ids, run_id=None: sent.extend(ids))
+    monkeypatch.setattr("runs.kernel.transitions._send", lambda ids, run_id=None, quick=(): sent.extend([*ids, *quick]))
     return sent
 
 

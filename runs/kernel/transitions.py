@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from oz0site import realtime
@@ -1025,22 +1025,28 @@ def claim_batch(task_ids: Sequence[int], claim: str, run_id: Any) -> list[Claime
                 "position"
             )
         )
+        if not tasks:
+            return []
+        # One conditional UPDATE for the chunk (the rows were read under the run lock).
+        updated = Task.objects.filter(pk__in=[t.pk for t in tasks], status=TaskStatus.WAITING, ready=True).update(
+            status=TaskStatus.RUNNING,
+            ready=False,
+            claim=claim,
+            heartbeat_at=txn.now,
+            started_at=txn.now,
+            attempt=F("attempt") + 1,
+            cancel_requested=False,
+        )
+        if updated != len(tasks):
+            raise Conflict("stale_task", "tasks changed under the run lock")
         claimed = []
         for task in tasks:
-            txn.move(
-                task,
-                TaskStatus.RUNNING,
-                ready=False,
-                claim=claim,
-                heartbeat_at=txn.now,
-                started_at=txn.now,
-                attempt=task.attempt + 1,
-                cancel_requested=False,
-            )
+            task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
+            txn.event(task.key, "status", TaskStatus.WAITING, TaskStatus.RUNNING)
             claimed.append(
                 Claimed(task.pk, str(task.run_id), task.key, task.kind, task.spec, task.attempt, claim, task.state, task.lineage)
             )
-        txn.check_run = False
+        txn.remember(tasks)
         return claimed
 
 
@@ -1059,7 +1065,7 @@ def report_batch(run_id: Any, claim: str, outcomes: Sequence[Outcome], *, take: 
             )
         }
         txn.remember(held.values())
-        completed: list[str] = []
+        completed: list[Task] = []
         for outcome in outcomes:
             task = held.get(outcome.task_id)
             if task is None:
@@ -1070,10 +1076,15 @@ def report_batch(run_id: Any, claim: str, outcomes: Sequence[Outcome], *, take: 
                 key, detail = outcome.error
                 _fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {"finished_at": txn.now, "claim": None})
             else:
-                result = {**(task.result or {}), "value": outcome.value}
-                txn.move(task, TaskStatus.COMPLETED, result=result, finished_at=txn.now, claim=None)
-                completed.append(task.key)
-        _release(txn, completed)
+                task.status, task.finished_at, task.claim = TaskStatus.COMPLETED, txn.now, None
+                task.result = {**(task.result or {}), "value": outcome.value}
+                txn.event(task.key, "status", TaskStatus.RUNNING, TaskStatus.COMPLETED)
+                completed.append(task)
+        if completed:
+            # One UPDATE for the chunk's completions: the rows are held by this claim under the run lock.
+            Task.objects.bulk_update(completed, ["status", "result", "finished_at", "claim"])
+            txn.check_run = True
+        _release(txn, [t.key for t in completed])
         taken = txn.dispatch_quick[:take]
         del txn.dispatch_quick[:take]
         return taken

@@ -1660,7 +1660,7 @@ def round_switch(
         task = _claimed(txn, task_id, claim)
         if task is None:
             return False
-        result = {**(task.result or {}), **extra, "model_change": dict(model_change)}
+        result = {**_merge_result(txn, task, extra), "model_change": dict(model_change)}
         txn.event(task.key, "model_change", data=dict(model_change))
         txn.move(task, TaskStatus.WAITING, ready=False, result=result, state=dict(state), claim=None)
         _make_ready(txn, task)

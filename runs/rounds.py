@@ -126,18 +126,18 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
 
 def _classify_attempt(attempt: AttemptFailed, seen: list[str], cancel: threading.Event) -> str:
     """`retry` to spend another attempt of the budget, `stop` when the attempt decides the round."""
-    if attempt.kind == "http" and attempt.status == 429:
+    if attempt.kind == "http" and attempt.http_status == 429:
         seen.append("rate_limit")
         wait = min(max(attempt.retry_after or 0.0, RATE_LIMIT_FLOOR), RATE_LIMIT_CEILING)
         cancel.wait(wait)
         return "retry"
-    if (attempt.kind == "http" and attempt.status in OVERLOAD_STATUSES) or (
+    if (attempt.kind == "http" and attempt.http_status in OVERLOAD_STATUSES) or (
         attempt.kind == "stream_error" and attempt.word == "overloaded_error"
     ):
         seen.append("overload")
         cancel.wait(min(0.05 * len(seen), 1.0))
         return "retry"
-    if (attempt.kind == "http" and (attempt.status or 0) >= 500) or attempt.kind in ("transport", "stream_error"):
+    if (attempt.kind == "http" and (attempt.http_status or 0) >= 500) or attempt.kind in ("transport", "stream_error"):
         seen.append("transient")
         cancel.wait(min(0.05 * len(seen), 1.0))
         return "retry"
@@ -173,10 +173,10 @@ def _report_failure(
             switch_reason = "model_refused"
         else:
             detail = "content protection blocked the step"
-    elif failure.kind == "http" and failure.status in UNAVAILABLE_STATUSES:
-        key, detail = "provider_model_unavailable", f"the provider answered HTTP {failure.status} for {route}"
-    elif failure.kind == "http" and failure.status is not None and failure.status < 500 and failure.status != 429:
-        key, detail = "provider_http_error", f"the provider answered HTTP {failure.status}"
+    elif failure.kind == "http" and failure.http_status in UNAVAILABLE_STATUSES:
+        key, detail = "provider_model_unavailable", f"the provider answered HTTP {failure.http_status} for {route}"
+    elif failure.kind == "http" and failure.http_status is not None and failure.http_status < 500 and failure.http_status != 429:
+        key, detail = "provider_http_error", f"the provider answered HTTP {failure.http_status}"
     else:
         spent.append(route)
         if seen and all(s == "overload" for s in seen):
@@ -399,7 +399,7 @@ def _call_entry(
         }
     if attempt is not None:
         entry.update(
-            outcome=attempt.kind, status=attempt.status, word=attempt.word, usage=attempt.usage, detail=attempt.detail[:500]
+            outcome=attempt.kind, status=attempt.http_status, word=attempt.word, usage=attempt.usage, detail=attempt.detail[:500]
         )
         if attempt.refusal:
             entry["refusal"] = {"type": attempt.refusal, "category": attempt.category}

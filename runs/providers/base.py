@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 FailureKind = Literal[
-    "http",  # an HTTP error status (`status`, maybe `retry_after`)
+    "http",  # an HTTP error status (`http_status`, maybe `retry_after`)
     "transport",  # connection reset, timeout, a broken stream
     "stream_error",  # an error event inside a stream (`word`, e.g. overloaded_error)
     "refusal",  # the provider declined: `category` "classifier" or "blocked"
@@ -43,7 +43,7 @@ class AttemptFailed(Exception):
         kind: FailureKind,
         detail: str = "",
         *,
-        status: int | None = None,
+        http_status: int | None = None,
         retry_after: float | None = None,
         word: str | None = None,
         category: str | None = None,
@@ -53,7 +53,7 @@ class AttemptFailed(Exception):
         super().__init__(detail or kind)
         self.kind = kind
         self.detail = detail
-        self.status = status
+        self.http_status = http_status
         self.retry_after = retry_after
         self.word = word
         # A refusal's type: "classifier" (may switch routes) or "blocked" (content protection).

@@ -37,7 +37,7 @@ ASK_TOOL = {
 def provider_for(name: str) -> Provider:
     config = dict(getattr(settings, "OZ0_PROVIDERS", {}) or {}).get(name)
     if not isinstance(config, Mapping):
-        raise AttemptFailed("http", f"no provider named {name!r} is configured", status=404)
+        raise AttemptFailed("http", f"no provider named {name!r} is configured", http_status=404)
     api = str(config.get("api") or name)
     if api == "openai":
         from runs.providers.openai import OpenAIProvider
@@ -47,7 +47,7 @@ def provider_for(name: str) -> Provider:
         from runs.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(name, config)
-    raise AttemptFailed("http", f"provider {name!r} speaks {api!r}; oz0 speaks {', '.join(APIS)}", status=404)
+    raise AttemptFailed("http", f"provider {name!r} speaks {api!r}; oz0 speaks {', '.join(APIS)}", http_status=404)
 
 
 class HttpProvider:
@@ -64,7 +64,7 @@ class HttpProvider:
         self.max_tokens_configured = config.get("max_tokens") is not None
         self.max_tokens = int(config.get("max_tokens") or 4096)
         if not self.base_url:
-            raise AttemptFailed("http", f"provider {name!r} has no base_url", status=404)
+            raise AttemptFailed("http", f"provider {name!r} has no base_url", http_status=404)
 
     def client(self) -> httpx.Client:
         # One attempt per call: the round owns retries and budgets, so the client makes none.
@@ -108,7 +108,7 @@ def http_failure(response: httpx.Response, detail: str = "") -> AttemptFailed:
     return AttemptFailed(
         "http",
         detail or f"HTTP {response.status_code}",
-        status=response.status_code,
+        http_status=response.status_code,
         retry_after=retry_after(response.headers),
     )
 

@@ -46,7 +46,7 @@ class ScriptProvider:
             raise AttemptFailed(
                 "http",
                 f"HTTP {answer['http']}",
-                status=int(answer["http"]),
+                http_status=int(answer["http"]),
                 retry_after=float(answer["retry_after"]) if answer.get("retry_after") is not None else None,
             )
         if "stream_error" in answer:

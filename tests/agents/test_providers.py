@@ -97,15 +97,15 @@ def test_it_maps_statuses_and_retry_after(openai: OpenAIProvider, fakes: dict[st
         ],
     )
     limited = _fail(lambda: openai.complete(_request(model)))
-    assert (limited.kind, limited.status, limited.retry_after) == ("http", 429, 2.0)
-    assert _fail(lambda: openai.complete(_request(model))).status == 503
+    assert (limited.kind, limited.http_status, limited.retry_after) == ("http", 429, 2.0)
+    assert _fail(lambda: openai.complete(_request(model))).http_status == 503
     assert _fail(lambda: openai.complete(_request(model))).kind == "context_overflow"
 
 
 def test_it_reports_a_wrong_key_as_401(fakes: dict[str, f.FakeServer]) -> None:
     provider = OpenAIProvider("badkey", providers_config(fakes)["badkey"])
     failure = _fail(lambda: provider.complete(_request(_model())))
-    assert (failure.kind, failure.status) == ("http", 401)
+    assert (failure.kind, failure.http_status) == ("http", 401)
 
 
 @pytest.mark.spec("S24", "S25")
@@ -188,7 +188,7 @@ def test_it_maps_a_streamed_overloaded_error(anthropic: AnthropicProvider, fakes
     streamed = _fail(lambda: anthropic.complete(_request(model)))
     assert (streamed.kind, streamed.word) == ("stream_error", "overloaded_error")
     status = _fail(lambda: anthropic.complete(_request(model)))
-    assert (status.kind, status.status, status.retry_after) == ("http", 529, 1.0)
+    assert (status.kind, status.http_status, status.retry_after) == ("http", 529, 1.0)
 
 
 @pytest.mark.spec("S23", "S24", "S25")

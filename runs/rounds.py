@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 
 from runs import kernel
-from runs.kernel import transitions
+from runs.kernel import rounds as outcomes
 from runs.kernel.transitions import Claimed
 from runs.models import Run, Task
 from runs.providers import AttemptFailed, ProviderAnswer, ProviderRequest, get_provider
@@ -159,7 +159,7 @@ def _report_failure(
     key: str
     detail: str
     if failure.kind == "context_overflow":
-        transitions.round_compact(claimed.task_id, claimed.claim, failure.detail, extra=extra, state=state)
+        outcomes.round_compact(claimed.task_id, claimed.claim, failure.detail, extra=extra, state=state)
         return
     if failure.kind == "finish_error":
         key, detail = "provider_error", f"the provider finished with {failure.word!r}"
@@ -194,7 +194,7 @@ def _report_failure(
             if failure.category:
                 change["category"] = failure.category
             state["route"] = nxt
-            transitions.round_switch(claimed.task_id, claimed.claim, change, extra=extra, state=state)
+            outcomes.round_switch(claimed.task_id, claimed.claim, change, extra=extra, state=state)
             return
     if failure.category and key == "model_refused":
         extra = {**extra, "refusal": {"type": failure.refusal, "category": failure.category}}
@@ -219,14 +219,14 @@ def _report_answer(
             oz_fail = {"kind": args.get("kind"), "message": args.get("message")}
     if oz_fail is not None:
         history.append({"role": "assistant", "oz_fail": oz_fail})
-        transitions.round_oz_fail(
+        outcomes.round_oz_fail(
             claimed.task_id, claimed.claim, oz_fail.get("kind"), oz_fail.get("message"), extra=extra, state=state
         )
         return
     if answer.ask is not None:
         key = f"{task.key}.{int(state.get('authored', 0)) + 1}"
         history.append({"role": "assistant", "ask": answer.ask, "key": key})
-        transitions.round_ask(claimed.task_id, claimed.claim, answer.ask, extra=extra, state=state)
+        outcomes.round_ask(claimed.task_id, claimed.claim, answer.ask, extra=extra, state=state)
         return
     if calls:
         base = int(state.get("authored", 0))
@@ -242,12 +242,12 @@ def _report_answer(
         # The next model step of this lineage starts with a fresh attempt budget.
         state["step_attempts"] = {}
         policies = dict(manifest.get("tool_on_failure", {})) if manifest else {}
-        transitions.round_expand(
+        outcomes.round_expand(
             claimed.task_id, claimed.claim, calls, extra=extra, state=state, allowed_tools=allowed, tool_policies=policies
         )
         return
     history.append({"role": "assistant", "content": answer.text or ""})
-    transitions.round_answered(claimed.task_id, claimed.claim, answer.text or "", extra=extra, state=state)
+    outcomes.round_answered(claimed.task_id, claimed.claim, answer.text or "", extra=extra, state=state)
 
 
 def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import time
 from django.conf import settings
 from django.core.cache import cache
 
-from runs.kernel import transitions
+from runs.kernel import sweeps as kernel_sweeps
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +30,15 @@ def record_worker_heartbeat() -> None:
 def run_all() -> None:
     record_worker_heartbeat()
     for name, sweep in (
-        ("claims", transitions.sweep_expired_claims),
-        ("clocks", transitions.sweep_clocks),
+        ("claims", kernel_sweeps.sweep_expired_claims),
+        ("clocks", kernel_sweeps.sweep_clocks),
     ):
         try:
             sweep()
         except Exception:
             log.exception("the %s sweep failed", name)
     try:
-        transitions.sweep_lost_messages(broker_queue_empty=broker_queue_empty())
+        kernel_sweeps.sweep_lost_messages(broker_queue_empty=broker_queue_empty())
     except Exception:
         log.exception("the lost-message sweep failed")
     try:

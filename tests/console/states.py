@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runs import kernel
-from runs.kernel import transitions
+from runs.kernel import rounds as outcomes
 from runs.models import Agent, AgentVersion, Run, Task, Workspace
 
 
@@ -45,7 +45,7 @@ def approval_run(
     r1 = task(run, "r1")
     assert kernel.claim_task(r1.pk, "test-claim") is not None
     calls = [{"tool": tool, "args": args if args is not None else {"value": 1}}]
-    assert transitions.round_expand(r1.pk, "test-claim", calls, extra={}, state={}, allowed_tools=None, tool_policies={})
+    assert outcomes.round_expand(r1.pk, "test-claim", calls, extra={}, state={}, allowed_tools=None, tool_policies={})
     assert task(run, "r1.1").status == "needs_approval"
     return Run.objects.get(pk=run.pk)
 
@@ -60,7 +60,7 @@ def question_run(workspace: Workspace, user: Any, *, question: str = "Which regi
     )
     r1 = task(run, "r1")
     assert kernel.claim_task(r1.pk, "test-claim") is not None
-    assert transitions.round_ask(r1.pk, "test-claim", question, extra={}, state={})
+    assert outcomes.round_ask(r1.pk, "test-claim", question, extra={}, state={})
     return Run.objects.get(pk=run.pk)
 
 

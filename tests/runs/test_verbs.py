@@ -193,7 +193,7 @@ def test_it_times_out_an_await_with_a_clock(team: Team) -> None:
 
     from django.utils import timezone
 
-    from runs.kernel.transitions import sweep_clocks
+    from runs.kernel.sweeps import sweep_clocks
 
     run = create(team, [{"key": "q", "kind": "await", "question": "?", "timeout_s": 60, "on_failure": "halt"}], "q")
     sweep_clocks(timezone.now() + timedelta(seconds=30))

@@ -1,0 +1,102 @@
+"""Sweeps and clocks, run by Celery beat: expired claims, lost messages, park clocks and await timeouts.
+
+Holds have no clock (S19): nothing here touches a run that waits on a person's decision.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runs.kernel.transitions import KERNEL_EXECUTED, _after_failure, _locked, _make_ready, _send, _Txn
+from runs.models import RunStatus, Task, TaskStatus
+
+
+def sweep_expired_claims(now: datetime | None = None) -> int:
+    """A running call whose claimant stopped heartbeating: a replayable one is queued again,
+    a non-replayable one becomes `uncertain` for a person to decide (S10)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS))
+    stale = list(Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "run_id", "claim"))
+    for task_id, run_id, claim in stale:
+        with _locked(run_id, "sweep") as txn:
+            task = Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING, claim=claim, heartbeat_at__lt=cutoff).first()
+            if task is None:
+                continue
+            txn.remember([task])
+            _expire_claim(txn, task)
+    return len(stale)
+
+
+def _expire_claim(txn: _Txn, task: Task) -> None:
+    from runs.tools import get_tool
+
+    if txn.run.status == RunStatus.CANCELING or task.cancel_requested:
+        txn.move(task, TaskStatus.CANCELED, error=("run_canceled", "the worker stopped"), claim=None, finished_at=txn.now)
+        return
+    replayable = True
+    if task.kind == "tool":
+        tool = get_tool(task.spec.get("tool", ""))
+        replayable = (
+            bool(tool and tool.replayable) if tool and not tool.runner else bool(task.spec.get("args", {}).get("replayable"))
+        )
+    if replayable:
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True})
+        txn.move(task, TaskStatus.WAITING, claim=None, ready=False)
+        _make_ready(txn, task)
+    else:
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False})
+        txn.move(
+            task,
+            TaskStatus.UNCERTAIN,
+            error=("tool_uncertain", "the worker stopped during a non-replayable call"),
+            claim=None,
+            finished_at=txn.now,
+        )
+        _after_failure(txn, task)
+
+
+def sweep_lost_messages(now: datetime | None = None, *, broker_queue_empty: bool = True) -> int:
+    """Queued tasks whose message never reached a worker (a broker restart) are sent again.
+
+    Only when the broker's queue is empty: then nothing queued can still be on its way.
+    The claim is conditional, so a duplicate message is harmless anyway.
+    """
+    if not broker_queue_empty:
+        return 0
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=float(settings.OZ0_REQUEUE_SECONDS))
+    lost = list(
+        Task.objects.filter(status=TaskStatus.WAITING, ready=True, queued_at__lt=cutoff, kind__in=KERNEL_EXECUTED)
+        .exclude(run__status=RunStatus.PAUSED)
+        .values_list("pk", flat=True)[:1000]
+    )
+    if lost:
+        Task.objects.filter(pk__in=lost).update(queued_at=now)
+        transaction.on_commit(lambda: _send(lost))
+    return len(lost)
+
+
+def sweep_clocks(now: datetime | None = None) -> int:
+    """Park clocks and await timeouts: each ends its task `timed_out` under its own policy."""
+    now = now or timezone.now()
+    due = list(
+        Task.objects.filter(
+            deadline_at__lte=now, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED)
+        ).values_list("pk", "run_id")
+    )
+    for task_id, run_id in due:
+        with _locked(run_id, "clock") as txn:
+            txn.now = now
+            task = Task.objects.filter(pk=task_id, deadline_at__lte=now).first()
+            if task is None or task.status not in (TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED):
+                continue
+            txn.remember([task])
+            key = "approval_expired" if task.status == TaskStatus.NEEDS_APPROVAL else "await_timeout"
+            detail = "nobody decided before the park clock ran out" if key == "approval_expired" else "nobody answered in time"
+            txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+            _after_failure(txn, task)
+    return len(due)

@@ -13,6 +13,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -31,13 +33,18 @@ def new_claim() -> str:
 
 
 class Heartbeat:
-    """Beats for one claimed call in a thread of its own; sets `cancel` when the kernel asks to stop."""
+    """Proves a claim alive from a thread of its own; sets `cancel` when the kernel asks to stop.
 
-    def __init__(self, claimed: Claimed) -> None:
-        self.claimed = claimed
+    `beat` is the kernel call that renews the claim and answers whether to stop: one call's
+    (`kernel.heartbeat`) or a whole batch's (`kernel.heartbeat_claim`).
+    """
+
+    def __init__(self, beat: Callable[[], bool], name: str) -> None:
+        self.beat = beat
+        self.name = name
         self.cancel = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"oz0-heartbeat-{claimed.task_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"oz0-heartbeat-{name}", daemon=True)
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -47,15 +54,15 @@ class Heartbeat:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    def _beat(self) -> None:
+    def _run(self) -> None:
         interval = float(settings.OZ0_HEARTBEAT_SECONDS)
         try:
             while not self._stop.wait(interval):
                 try:
-                    if kernel.heartbeat(self.claimed.task_id, self.claimed.claim):
+                    if self.beat():
                         self.cancel.set()
                 except Exception:  # a passing database hiccup must not kill the call
-                    log.exception("heartbeat failed for task %s", self.claimed.task_id)
+                    log.exception("heartbeat failed for %s", self.name)
         finally:
             connection.close()
 
@@ -65,7 +72,7 @@ def execute_task(task_id: int, run_id: str | None = None) -> None:
     claimed = kernel.claim_task(task_id, new_claim(), run_id)
     if claimed is None:
         return
-    with Heartbeat(claimed) as beat:
+    with Heartbeat(partial(kernel.heartbeat, claimed.task_id, claimed.claim), f"task {claimed.task_id}") as beat:
         if claimed.kind == "tool":
             run_tool(claimed, beat.cancel)
         else:
@@ -81,28 +88,6 @@ CONTINUATION_SECONDS = 0.5
 CONTINUATION_WIDTH = 2
 
 
-class BatchHeartbeat(Heartbeat):
-    """Beats for every call a batch claimed (they share one claim)."""
-
-    def __init__(self, claim: str) -> None:
-        self.claim = claim
-        self.cancel = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="oz0-heartbeat-batch", daemon=True)
-
-    def _beat(self) -> None:
-        interval = float(settings.OZ0_HEARTBEAT_SECONDS)
-        try:
-            while not self._stop.wait(interval):
-                try:
-                    if kernel.heartbeat_claim(self.claim):
-                        self.cancel.set()
-                except Exception:
-                    log.exception("heartbeat failed for batch %s", self.claim)
-        finally:
-            connection.close()
-
-
 def execute_batch(task_ids: list[int], run_id: str | None) -> None:
     """Claim a chunk of quick calls, run them in turn, settle them together."""
     close_old_connections()
@@ -116,7 +101,7 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
         claimed = kernel.claim_batch(task_ids, claim, run_id)
         if not claimed:
             return
-        with BatchHeartbeat(claim) as beat:
+        with Heartbeat(partial(kernel.heartbeat_claim, claim), f"batch {claim}") as beat:
             outcomes = [tool_outcome(call, beat.cancel) for call in claimed]
         # Quick calls this chunk made ready are run here next, for a while, rather than queued.
         take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0

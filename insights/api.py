@@ -10,6 +10,7 @@ from pydantic import ConfigDict
 
 from insights import catalog as catalog_module
 from insights import search, selectors
+from runs import selectors as run_selectors
 from runs.kernel.errors import InvalidRequest, NotFound
 from runs.schemas import ErrorOut
 
@@ -111,6 +112,7 @@ class PlatformKind(Schema):
 
 class CatalogAgent(Schema):
     name: str
+    workspace: str
     version: int
     failures: list[DeclaredKind]
 
@@ -130,13 +132,23 @@ def findings(
 
 @router.get("/insights/agents/{agent}", response={200: ScorecardOut, **ERRORS}, summary="An agent's scorecard (F18)")
 def agent_scorecard(
-    request: HttpRequest, agent: str, version: int | None = None, since: str | None = None, until: str | None = None
+    request: HttpRequest,
+    agent: str,
+    version: int | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    workspace: str | None = None,
 ) -> dict[str, Any]:
+    """Over the caller's workspaces, or the one named: agents belong to a workspace, and a name
+    two of them use counts both agents' runs."""
     since_at = search.parse_moment("since", since, end_of_day=False) if since else None
     until_at = search.parse_moment("until", until, end_of_day=True) if until else None
     if version is not None and version < 1:
         raise InvalidRequest("invalid_query", "version must be a positive number")
-    workspace_ids = selectors.member_workspace_ids(request.user)
+    if workspace is not None:
+        workspace_ids = [run_selectors.workspace_for(request.user, workspace).pk]
+    else:
+        workspace_ids = selectors.member_workspace_ids(request.user)
     if not workspace_ids:
         raise NotFound("agent")
     return selectors.scorecard(agent, version, since_at, until_at, workspace_ids=workspace_ids)
@@ -148,4 +160,4 @@ def agent_scorecard(
     summary="Agents with their failure kinds, and the platform's kinds (F9, F13)",
 )
 def catalog(request: HttpRequest) -> dict[str, Any]:
-    return catalog_module.catalog()
+    return catalog_module.catalog(request.user)

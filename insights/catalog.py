@@ -1,15 +1,16 @@
 """The catalog (F9, F13): every agent's declared failure kinds and the platform's kinds with their flags.
 
 Read at request time, so a newly registered agent version shows at once in the
-catalog and in the OpenAPI document's `x-oz0-failures`.
+catalog and in the OpenAPI document's `x-oz0-failures`; both list the agents of the
+caller's workspaces.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from runs import agents
 from runs.failures import PLATFORM_KINDS
-from runs.models import AgentVersion
 
 FLAGS = ("retryable", "partial", "person")
 
@@ -30,11 +31,6 @@ def declared_kinds(manifest: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def latest_versions() -> list[AgentVersion]:
-    """Each agent's newest version, by name."""
-    return list(AgentVersion.objects.select_related("agent").order_by("agent__name", "-version").distinct("agent__name"))
-
-
 def platform_kinds() -> list[dict[str, Any]]:
     return [
         {"kind": k.kind, "retryable": k.retryable, "partial": k.partial, "person": k.person, "when": k.when}
@@ -42,11 +38,18 @@ def platform_kinds() -> list[dict[str, Any]]:
     ]
 
 
-def catalog() -> dict[str, Any]:
-    agents = [{"name": v.agent.name, "version": v.version, "failures": declared_kinds(v.manifest)} for v in latest_versions()]
-    return {"agents": agents, "platform_kinds": platform_kinds()}
+def catalog(user: Any) -> dict[str, Any]:
+    """The agents of the user's workspaces (agents belong to a workspace), and the platform's kinds."""
+    rows = [
+        {"name": v.agent.name, "workspace": v.agent.workspace.slug, "version": v.version, "failures": declared_kinds(v.manifest)}
+        for v in agents.visible_versions(user)
+    ]
+    return {"agents": rows, "platform_kinds": platform_kinds()}
 
 
-def openapi_failures() -> dict[str, list[str]]:
-    """`x-oz0-failures`: each agent's declared kinds by name (F13)."""
-    return {v.agent.name: [row["kind"] for row in declared_kinds(v.manifest)] for v in latest_versions()}
+def openapi_failures(user: Any) -> dict[str, list[str]]:
+    """`x-oz0-failures`: the declared kinds of each agent the caller may see, by name (F13); a name
+    two of the caller's workspaces use is keyed `workspace/name`. An anonymous caller sees none."""
+    return agents.failures_by_agent(
+        agents.visible_versions(user), lambda manifest: [row["kind"] for row in declared_kinds(manifest)]
+    )

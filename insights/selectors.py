@@ -94,10 +94,13 @@ def _rate(failed: int, runs: int) -> float | None:
     return round(failed / runs, 4) if runs else None
 
 
-def _kind_flags(agent: str) -> dict[str, dict[str, Any]]:
-    """Flags of every kind the agent's versions declare, then the platform's."""
+def _kind_flags(agent: str, workspace_ids: list[int] | None) -> dict[str, dict[str, Any]]:
+    """Flags of every kind the versions of the agents of that name declare (in those workspaces), then the platform's."""
     flags: dict[str, dict[str, Any]] = {}
-    for manifest in AgentVersion.objects.filter(agent__name=agent).order_by("version").values_list("manifest", flat=True):
+    versions = AgentVersion.objects.filter(agent__name=agent)
+    if workspace_ids is not None:
+        versions = versions.filter(agent__workspace_id__in=workspace_ids)
+    for manifest in versions.order_by("version", "pk").values_list("manifest", flat=True):
         for declared in (manifest or {}).get("failures", []) or []:
             if isinstance(declared, dict) and "kind" in declared:
                 flags[declared["kind"]] = {**failures.declared_failure(declared, None), "declared": True}
@@ -153,9 +156,12 @@ def scorecard(
         ):
             cursor.execute(sql, params)
             results[name] = cursor.fetchall()
-    if not any(results.values()) and not Agent.objects.filter(name=agent).exists():
+    agents = Agent.objects.filter(name=agent)
+    if workspace_ids is not None:
+        agents = agents.filter(workspace_id__in=workspace_ids)
+    if not any(results.values()) and not agents.exists():
         raise NotFound("agent")
-    return build_scorecard(agent, version, since_day, until_day, trend_since, results, _kind_flags(agent))
+    return build_scorecard(agent, version, since_day, until_day, trend_since, results, _kind_flags(agent, workspace_ids))
 
 
 def build_scorecard(

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from contextvars import ContextVar
+from functools import wraps
 from typing import Any
 
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import NinjaAPI
@@ -20,18 +24,56 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def token_user(token: str) -> Any:
+    """The active user a bearer token stands for: never a revoked or expired token's."""
+    now = timezone.now()
+    row = (
+        ApiToken.objects.select_related("user")
+        .filter(digest=token_digest(token), revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .first()
+    )
+    if row is None or not row.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    return row.user
+
+
 class BearerAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        row = ApiToken.objects.select_related("user").filter(digest=token_digest(token)).first()
-        if row is None or not row.user.is_active:
-            return None
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
-        request.user = row.user
-        return row.user
+        user = token_user(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
+# Who asked for the OpenAPI document: its `x-oz0-failures` lists the agents of their workspaces.
+_openapi_caller: ContextVar[Any] = ContextVar("oz0_openapi_caller", default=None)
+
+
+def _caller(request: HttpRequest) -> Any:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token_user(token.strip())
+    user = getattr(request, "user", None)
+    return user if user is not None and user.is_authenticated else None
+
+
+def with_caller(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        remembered = _openapi_caller.set(_caller(request))
+        try:
+            return view(request, *args, **kwargs)
+        finally:
+            _openapi_caller.reset(remembered)
+
+    return wrapper
 
 
 class Oz0Api(NinjaAPI):
-    """The OpenAPI document carries each agent's failure kinds, read at request time (F13)."""
+    """The OpenAPI document carries the failure kinds of the caller's agents, read at request time (F13)."""
 
     def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None) -> Any:
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
@@ -39,7 +81,7 @@ class Oz0Api(NinjaAPI):
             from insights.catalog import openapi_failures
         except ImportError:
             return schema
-        kinds = openapi_failures()
+        kinds = openapi_failures(_openapi_caller.get())
         schema["x-oz0-failures"] = kinds
         schema["info"]["x-oz0-failures"] = kinds
         return schema
@@ -65,6 +107,9 @@ api = Oz0Api(
     urls_namespace="api",
     auth=[BearerAuth(), SessionAuth()],
     openapi_extra={"info": {"x-oz0-failures": {}}},
+    # The interactive docs load Swagger UI from the files django-ninja ships (the `ninja` app's
+    # static files), never from a CDN.
+    docs_decorator=with_caller,
 )
 
 

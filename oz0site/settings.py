@@ -34,6 +34,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "channels",
+    # Only for its static files and templates: the API docs' Swagger UI, served from this install.
+    "ninja",
     "django_htmx",
     "template_partials",
     "runs",

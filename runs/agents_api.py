@@ -1,4 +1,4 @@
-"""The agents part of the JSON API (API.md): register and lint manifests, list the catalog's agents."""
+"""The agents part of the JSON API (API.md): register and lint manifests, list and read a workspace's agents."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from ninja import Router, Schema
 
-from runs import manifests
-from runs.kernel.errors import Forbidden, NotFound
-from runs.models import Agent, AgentVersion, Membership, Role
+from runs import agents, manifests
+from runs.kernel.errors import NotFound
+from runs.models import Agent, AgentVersion, Workspace
 from runs.schemas import ErrorOut
 
 router = Router(tags=["agents"])
@@ -18,6 +18,12 @@ ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: Erro
 
 
 class ManifestIn(Schema):
+    manifest: str
+    # The agent's workspace; left out, the one workspace the caller operates (lint: any role).
+    workspace: str | None = None
+
+
+class WorkspaceManifestIn(Schema):
     manifest: str
 
 
@@ -29,6 +35,7 @@ class ProblemOut(Schema):
 
 class RegisteredOut(Schema):
     name: str
+    workspace: str
     version: int
     created: bool
     warnings: list[ProblemOut]
@@ -49,6 +56,7 @@ class FailureOut(Schema):
 
 class AgentOut(Schema):
     name: str
+    workspace: str
     version: int
     model: str
     fallback_models: list[str]
@@ -63,20 +71,18 @@ class AgentPage(Schema):
 
 
 class AgentDetail(AgentOut):
-    instructions: str
-    manifest: str
+    # The agent's words: null for a viewer, who sees no content.
+    instructions: str | None
+    manifest: str | None
+    content_visible: bool
     versions: list[int]
-
-
-def _require_operator_somewhere(user: Any) -> None:
-    if not Membership.objects.filter(user_id=user.pk, role=Role.OPERATOR).exists():
-        raise Forbidden("registering an agent needs operator standing in some workspace")
 
 
 def _agent_document(version: AgentVersion) -> dict[str, Any]:
     manifest = version.manifest
     return {
         "name": version.agent.name,
+        "workspace": version.agent.workspace.slug,
         "version": version.version,
         "model": manifest.get("model", ""),
         "fallback_models": manifest.get("fallback_models", []),
@@ -87,22 +93,36 @@ def _agent_document(version: AgentVersion) -> dict[str, Any]:
     }
 
 
-@router.post("/agents", response={201: RegisteredOut, **ERRORS}, summary="Register an agent's manifest (F2-F8)")
-def register_agent(request: HttpRequest, payload: ManifestIn) -> Any:
-    """A changed manifest becomes the agent's next version; an unchanged one answers with the current version."""
-    _require_operator_somewhere(request.user)
+def _register(request: HttpRequest, text: str, workspace: Workspace) -> Any:
     try:
-        registered = manifests.register(payload.manifest, request.user)
+        registered = manifests.register(text, request.user, workspace=workspace)
     except manifests.InvalidManifest as invalid:
         return _invalid(request, invalid.linted)
     body = {
         "name": registered.version.agent.name,
+        "workspace": workspace.slug,
         "version": registered.version.version,
         "created": registered.created,
         "warnings": [w.as_dict() for w in registered.warnings],
     }
     # The contract answers 201 either way; `created` says whether this made a new version.
     return 201, body
+
+
+@router.post("/agents", response={201: RegisteredOut, **ERRORS}, summary="Register an agent's manifest (F2-F8)")
+def register_agent(request: HttpRequest, payload: ManifestIn) -> Any:
+    """A changed manifest becomes the agent's next version; an unchanged one answers with the current version.
+
+    The agent belongs to `workspace` (left out: the one workspace the caller operates), where the
+    caller needs operator standing."""
+    return _register(request, payload.manifest, agents.registering_workspace(request.user, payload.workspace))
+
+
+@router.post(
+    "/workspaces/{ws}/agents", response={201: RegisteredOut, **ERRORS}, summary="Register an agent of a workspace (F2-F8)"
+)
+def register_workspace_agent(request: HttpRequest, ws: str, payload: WorkspaceManifestIn) -> Any:
+    return _register(request, payload.manifest, agents.registering_workspace(request.user, ws))
 
 
 def _invalid(request: HttpRequest, linted: manifests.Linted) -> HttpResponse:
@@ -119,28 +139,44 @@ def _invalid(request: HttpRequest, linted: manifests.Linted) -> HttpResponse:
 
 @router.post("/agents/lint", response={200: LintOut, **ERRORS}, summary="Lint a manifest without registering it (F2-F8)")
 def lint_agent(request: HttpRequest, payload: ManifestIn) -> dict[str, Any]:
+    """Needs a role (any) in the workspace named, or in some workspace."""
+    agents.require_lint_standing(request.user, payload.workspace)
     linted = manifests.lint(payload.manifest)
     return {"errors": [e.as_dict() for e in linted.errors], "warnings": [w.as_dict() for w in linted.warnings]}
 
 
-@router.get("/agents", response={200: AgentPage, **ERRORS}, summary="The registered agents, each at its latest version")
-def list_agents(request: HttpRequest) -> dict[str, Any]:
-    latest = AgentVersion.objects.select_related("agent").order_by("agent__name", "-version").distinct("agent__name")
-    return {"items": [_agent_document(v) for v in latest]}
+@router.get("/agents", response={200: AgentPage, **ERRORS}, summary="The agents of your workspaces, each at its latest version")
+def list_agents(request: HttpRequest, workspace: str | None = None) -> dict[str, Any]:
+    return {"items": [_agent_document(v) for v in agents.visible_versions(request.user, workspace)]}
 
 
-@router.get("/agents/{name}", response={200: AgentDetail, **ERRORS}, summary="One agent at its latest version")
-def get_agent(request: HttpRequest, name: str) -> dict[str, Any]:
-    agent = Agent.objects.filter(name=name).first()
-    if agent is None:
-        raise NotFound("agent")
-    versions = list(AgentVersion.objects.filter(agent=agent).order_by("-version"))
+@router.get("/workspaces/{ws}/agents", response={200: AgentPage, **ERRORS}, summary="A workspace's agents")
+def list_workspace_agents(request: HttpRequest, ws: str) -> dict[str, Any]:
+    return {"items": [_agent_document(v) for v in agents.visible_versions(request.user, ws)]}
+
+
+def _detail(request: HttpRequest, agent: Agent) -> dict[str, Any]:
+    versions = list(AgentVersion.objects.select_related("agent", "agent__workspace").filter(agent=agent).order_by("-version"))
     if not versions:
         raise NotFound("agent")
     latest = versions[0]
+    content = agents.can_read_agent_content(request.user, agent)
     return {
         **_agent_document(latest),
-        "instructions": latest.manifest.get("instructions", ""),
-        "manifest": latest.manifest_text,
+        "instructions": latest.manifest.get("instructions", "") if content else None,
+        "manifest": latest.manifest_text if content else None,
+        "content_visible": content,
         "versions": [v.version for v in versions],
     }
+
+
+@router.get("/agents/{name}", response={200: AgentDetail, **ERRORS}, summary="One agent at its latest version")
+def get_agent(request: HttpRequest, name: str, workspace: str | None = None) -> dict[str, Any]:
+    """The agent of that name in `workspace`, or in the one of your workspaces that has one.
+    Its instructions and manifest text are content: null for a viewer."""
+    return _detail(request, agents.agent_for(request.user, name, workspace))
+
+
+@router.get("/workspaces/{ws}/agents/{name}", response={200: AgentDetail, **ERRORS}, summary="One agent of a workspace")
+def get_workspace_agent(request: HttpRequest, ws: str, name: str) -> dict[str, Any]:
+    return _detail(request, agents.agent_for(request.user, name, ws))

@@ -1,8 +1,8 @@
 """Agent manifests (YAML): parse, validate as F2-F8 say, normalize, and register versions.
 
 `lint(text)` reports every problem at once, each naming its field, the rule it breaks and the
-line it sits on; `register(text, user)` stores a new `AgentVersion` when the normalized
-manifest changed, and returns the latest version when it did not.
+line it sits on; `register(text, user, workspace=...)` stores a new `AgentVersion` of the workspace's
+agent when the normalized manifest changed, and returns the latest version when it did not.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import yaml
 from django.db import IntegrityError, transaction
 
 from runs.failures import PLATFORM_KINDS
-from runs.models import Agent, AgentVersion
+from runs.models import Agent, AgentVersion, Workspace
 
 KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]*$")
@@ -417,11 +417,12 @@ class Registered:
     warnings: list[Problem]
 
 
-def register(text: Any, user: Any = None) -> Registered:
-    """Store the manifest as the agent's next version when it changed (runs record the version they ran).
+def register(text: Any, user: Any = None, *, workspace: Workspace) -> Registered:
+    """Store the manifest as the workspace's agent's next version when it changed (runs record
+    the version they ran).
 
     Raises `InvalidManifest` listing every error. `user` is whoever registers: the caller
-    checks their standing; the version itself is global (one catalog).
+    checks their standing in `workspace`, which the agent belongs to.
     """
     linted = lint(text)
     if not linted.ok:
@@ -432,7 +433,7 @@ def register(text: Any, user: Any = None) -> Registered:
     for _ in range(3):
         try:
             with transaction.atomic():
-                agent, _ = Agent.objects.get_or_create(name=manifest["name"])
+                agent, _ = Agent.objects.get_or_create(workspace=workspace, name=manifest["name"])
                 # Serialize registrations of one agent: the version number is a counter.
                 Agent.objects.select_for_update().filter(pk=agent.pk).first()
                 latest = AgentVersion.objects.filter(agent=agent).order_by("-version").first()

@@ -45,21 +45,32 @@ class Membership(models.Model):
 
 
 class ApiToken(models.Model):
-    """A bearer token; only its SHA-256 is stored."""
+    """A bearer token; only its SHA-256 is stored, with its first characters as a hint a person
+    can recognize it by. A revoked or expired token authenticates nobody."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=8, blank=True, default="")
     label = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"token {self.label or self.pk} of {self.user_id}"
 
 
 class Agent(models.Model):
-    name = models.CharField(max_length=100, unique=True)
+    """An agent belongs to one workspace: its operators register its versions, and runs of that
+    workspace name it. Another workspace may have an agent of the same name; they are unrelated."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=100)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="agent_unique_name_per_workspace")]
 
     def __str__(self) -> str:
         return self.name
@@ -192,6 +203,7 @@ class Task(models.Model):
     claim = models.CharField(max_length=64, null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # The SHA-256 of a client await's bearer proof (S8); the proof itself rode out in the receipt only.
     resolution_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
     # The key of the failure that made this task skipped (a retry revives its skips).
     skipped_by = models.CharField(max_length=200, null=True, blank=True)

@@ -313,7 +313,7 @@ def create_run(*, workspace: Workspace, user: Any, body: Mapping[str, Any]) -> t
     unknown = set(body) - {"agent", "input", "tasks", "deliverable", "approval", "retry", "private"}
     if unknown:
         raise InvalidRequest("unknown_field", f"unknown field(s): {', '.join(sorted(unknown))}")
-    agent_version = _agent_version(body.get("agent"))
+    agent_version = _agent_version(body.get("agent"), workspace)
     manifest = agent_version.manifest if agent_version else {}
     raw_tasks = body.get("tasks")
     if not raw_tasks and agent_version is not None:
@@ -399,14 +399,20 @@ def append(*, run_id: Any, user: Any, body: Mapping[str, Any]) -> tuple[Run, dic
     return txn.run, receipt
 
 
-def _agent_version(name: Any) -> AgentVersion | None:
+def _agent_version(name: Any, workspace: Workspace) -> AgentVersion | None:
+    """The latest version of the run's workspace's agent of that name: agents belong to a workspace."""
     if name is None:
         return None
     if not isinstance(name, str):
         raise InvalidRequest("invalid_field", "`agent` must be an agent's name")
-    version = AgentVersion.objects.select_related("agent").filter(agent__name=name).order_by("-version").first()
+    version = (
+        AgentVersion.objects.select_related("agent")
+        .filter(agent__workspace=workspace, agent__name=name)
+        .order_by("-version")
+        .first()
+    )
     if version is None:
-        raise InvalidRequest("unknown_agent", f"no agent named {name!r} is registered")
+        raise InvalidRequest("unknown_agent", f"no agent named {name!r} is registered in workspace {workspace.slug!r}")
     return version
 
 

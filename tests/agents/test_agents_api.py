@@ -25,7 +25,7 @@ def _name() -> str:
 def test_it_registers_an_agent_and_versions_changes(team: Team) -> None:
     name = _name()
     status, body = team.api().post("/agents", {"manifest": _manifest(name)})
-    assert status == 201 and body == {"name": name, "version": 1, "created": True, "warnings": []}
+    assert status == 201 and body == {"name": name, "workspace": team.slug, "version": 1, "created": True, "warnings": []}
     status, body = team.api().post("/agents", {"manifest": _manifest(name)})
     assert status == 201 and body["version"] == 1 and body["created"] is False
     status, body = team.api().post("/agents", {"manifest": _manifest(name, "vanished")})
@@ -36,7 +36,7 @@ def test_it_registers_an_agent_and_versions_changes(team: Team) -> None:
         {"kind": "vanished", "description": "It is gone", "retryable": False, "partial": False, "person": False}
     ]
     status, body = team.api().get("/agents")
-    assert status == 200 and any(a["name"] == name and a["version"] == 2 for a in body["items"])
+    assert status == 200 and any(a["name"] == name and a["version"] == 2 and a["workspace"] == team.slug for a in body["items"])
 
 
 @pytest.mark.spec("F3", "F4", "F5")

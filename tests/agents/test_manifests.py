@@ -148,10 +148,15 @@ def test_it_warns_about_failures_without_oz_fail_and_oz_fail_without_failures() 
 
 @pytest.mark.django_db
 def test_it_makes_a_new_version_only_when_the_manifest_changes() -> None:
+    from tests.factories import make_workspace
+
     name = "versioned_agent"
-    first = manifests.register(BASE.format(name=name, failures=_kind("gone")))
-    again = manifests.register("# a comment changes nothing\n" + BASE.format(name=name, failures=_kind("gone")))
-    changed = manifests.register(BASE.format(name=name, failures=_kind("gone", "Now described otherwise")))
+    workspace = make_workspace()
+    first = manifests.register(BASE.format(name=name, failures=_kind("gone")), workspace=workspace)
+    again = manifests.register(
+        "# a comment changes nothing\n" + BASE.format(name=name, failures=_kind("gone")), workspace=workspace
+    )
+    changed = manifests.register(BASE.format(name=name, failures=_kind("gone", "Now described otherwise")), workspace=workspace)
     assert (first.version.version, first.created) == (1, True)
     assert (again.version.pk, again.created) == (first.version.pk, False)
     assert (changed.version.version, changed.created) == (2, True)
@@ -160,8 +165,10 @@ def test_it_makes_a_new_version_only_when_the_manifest_changes() -> None:
 
 @pytest.mark.django_db
 def test_it_registers_nothing_for_an_invalid_manifest() -> None:
+    from tests.factories import make_workspace
+
     with pytest.raises(manifests.InvalidManifest) as info:
-        manifests.register(BASE.format(name="broken_agent", failures=_kind("timeout")))
+        manifests.register(BASE.format(name="broken_agent", failures=_kind("timeout")), workspace=make_workspace())
     assert info.value.linted.errors[0].field == "failures[0].kind"
     assert not AgentVersion.objects.filter(agent__name="broken_agent").exists()
 

@@ -10,9 +10,9 @@ from runs.kernel import rounds as outcomes
 from runs.models import Agent, AgentVersion, Run, Task, Workspace
 
 
-def agent(name: str, version: int = 1) -> str:
-    """An agent row (and a version) so runs carry an agent's name."""
-    row, _ = Agent.objects.get_or_create(name=name)
+def agent(name: str, workspace: Workspace, version: int = 1) -> str:
+    """The workspace's agent row (and a version) so its runs carry an agent's name."""
+    row, _ = Agent.objects.get_or_create(name=name, workspace=workspace)
     AgentVersion.objects.get_or_create(
         agent=row, version=version, defaults={"manifest_text": "", "manifest": {"name": name}, "digest": f"{name}-{version}"}
     )

@@ -102,7 +102,7 @@ def test_it_lets_an_operator_approve_and_watch_the_run_finish_live(live_team: Te
 
 @pytest.mark.spec("S13", "S14", "S15", "S16")
 def test_it_lets_a_repairer_retry_one_halted_run_and_abandon_another(live_team: Team, browsers: Any) -> None:
-    states.agent("triage-bot-with-a-rather-long-name-for-the-table")
+    states.agent("triage-bot-with-a-rather-long-name-for-the-table", live_team.workspace)
     to_retry = halted(live_team, flaky=True, agent_name="triage-bot-with-a-rather-long-name-for-the-table")
     to_abandon = halted(
         live_team, flaky=False, agent_name="triage-bot-with-a-rather-long-name-for-the-table", detail="disk full on /var"
@@ -191,7 +191,7 @@ def test_it_tells_one_of_two_approvers_the_call_was_already_decided(live_team: T
 
 
 def test_it_reads_on_a_phone_without_sideways_scrolling(live_team: Team, browsers: Any) -> None:
-    states.agent("summarizer-agent-with-a-very-long-name-indeed")
+    states.agent("summarizer-agent-with-a-very-long-name-indeed", live_team.workspace)
     held_run = halted(live_team, flaky=False, agent_name="summarizer-agent-with-a-very-long-name-indeed", detail="x" * 300)
     waiting_for_approval(live_team)
     canceled, _ = kernel.create_run(

@@ -112,7 +112,7 @@ def test_it_answers_htmx_with_the_fragment_the_page_includes(team: Team) -> None
 
 
 def test_it_filters_the_inbox_by_kind_and_agent(team: Team) -> None:
-    states.agent("triage-bot")
+    states.agent("triage-bot", team.workspace)
     states.approval_run(team.workspace, team.users["operator"], agent_name="triage-bot")
     states.question_run(team.workspace, team.users["operator"], question="Which region should I use?")
     states.halted_run(team.workspace, team.users["operator"])

@@ -19,7 +19,7 @@ def client_for(team: Team, role: str) -> Client:
 
 
 def failed_runs(team: Team, name: str, count: int) -> None:
-    states.agent(name)
+    states.agent(name, team.workspace)
     for _ in range(count):
         run = states.halted_run(team.workspace, team.users["operator"], agent_name=name)
         kernel.cancel_run(run_id=run.pk, user=team.users["operator"], reason="giving up")

@@ -35,11 +35,11 @@ class Planted:
         return value
 
 
-def make_agent(name: str, *, versions: int = 1, kinds: tuple[str, ...] = ("not_found",)) -> Agent:
-    """An agent with `versions` versions declaring `kinds`, its manifest normalized as registration does."""
+def make_agent(name: str, *, workspace: Any, versions: int = 1, kinds: tuple[str, ...] = ("not_found",)) -> Agent:
+    """The workspace's agent with `versions` versions declaring `kinds`, its manifest normalized as registration does."""
     from runs import manifests
 
-    agent = Agent.objects.create(name=name)
+    agent = Agent.objects.create(name=name, workspace=workspace)
     failures = "".join(
         f"  - kind: {kind}\n    description: {kind} happened\n" + ("    person: true\n" if kind == "not_found" else "")
         for kind in kinds
@@ -57,7 +57,7 @@ def make_agent(name: str, *, versions: int = 1, kinds: tuple[str, ...] = ("not_f
 def plant(team: Any, *, private: bool, tag: str) -> Planted:
     """Runs created by the team's operator whose every word is a secret (F11, F12)."""
     planted = Planted(agent=f"secretive-{uuid.uuid4().hex[:8]}")
-    make_agent(planted.agent)
+    make_agent(planted.agent, workspace=team.workspace)
     api = team.api("operator")
 
     def create(body: dict[str, Any]) -> Run:

@@ -67,11 +67,11 @@ def test_it_always_gives_a_failure_its_kind_flags_message_and_declared() -> None
 
 @pytest.mark.spec("F9", "F13")
 def test_it_lists_agents_with_their_failures_and_the_platform_kinds(team: Any) -> None:
-    make_agent("cataloged", versions=2, kinds=("not_found", "tracker_busy"))
+    make_agent("cataloged", workspace=team.workspace, versions=2, kinds=("not_found", "tracker_busy"))
     status, body = team.api("viewer").get("/catalog")
     assert status == 200
     [agent] = [a for a in body["agents"] if a["name"] == "cataloged"]
-    assert agent["version"] == 2
+    assert agent["version"] == 2 and agent["workspace"] == team.slug
     assert [f["kind"] for f in agent["failures"]] == ["not_found", "tracker_busy"]
     assert agent["failures"][0] == {
         "kind": "not_found",
@@ -89,10 +89,9 @@ def test_it_lists_agents_with_their_failures_and_the_platform_kinds(team: Any) -
 
 @pytest.mark.spec("F13")
 def test_it_puts_each_agents_kinds_in_the_openapi_document(team: Any) -> None:
-    make_agent("documented", kinds=("not_found",))
-    response = Client().get("/api/v1/openapi.json")
-    assert response.status_code == 200
-    document = response.json()
+    make_agent("documented", workspace=team.workspace, kinds=("not_found",))
+    status, document = team.api("viewer").get("/openapi.json")
+    assert status == 200
     validate(document)
     assert document["x-oz0-failures"]["documented"] == ["not_found"]
     assert document["info"]["x-oz0-failures"]["documented"] == ["not_found"]
@@ -100,7 +99,7 @@ def test_it_puts_each_agents_kinds_in_the_openapi_document(team: Any) -> None:
     latest = AgentVersion.objects.get(agent__name="documented")
     manifest = {**latest.manifest, "failures": [*latest.manifest["failures"], {"kind": "quota_gone", "description": "d"}]}
     AgentVersion.objects.create(agent=latest.agent, version=2, manifest_text="x", manifest=manifest, digest="d2")
-    document = Client().get("/api/v1/openapi.json").json()
+    status, document = team.api("viewer").get("/openapi.json")
     validate(document)
     assert document["x-oz0-failures"]["documented"] == ["not_found", "quota_gone"]
     paths = document["paths"]

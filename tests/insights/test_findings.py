@@ -44,7 +44,7 @@ def kinds_of(page: dict[str, Any]) -> list[str]:
 
 @pytest.mark.spec("F18", "F11")
 def test_it_keeps_a_failed_runs_kind_step_and_attempts_but_not_its_words(team: Any) -> None:
-    make_agent("triage-words")
+    make_agent("triage-words", workspace=team.workspace)
     run = run_agent(team, "triage-words", oz_fail_round("not_found", "customer ACME-7 has no issue"))
     assert run.status == "canceled"
     status, page = team.api("viewer").get("/findings?q=finding:failure_not_found")
@@ -153,7 +153,7 @@ def test_it_shows_findings_to_members_of_their_workspace_only(team: Any) -> None
 
 @pytest.mark.spec("F18")
 def test_it_keeps_findings_searchable_after_the_run_is_deleted(team: Any) -> None:
-    make_agent("short-lived")
+    make_agent("short-lived", workspace=team.workspace)
     run = run_agent(team, "short-lived", oz_fail_round("not_found", "gone soon"))
     run_id = str(run.pk)
     Run.objects.filter(pk=run.pk).delete()

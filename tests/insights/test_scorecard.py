@@ -49,7 +49,7 @@ def cancel(team: Any, agent: str) -> None:
 @pytest.fixture
 def history(team: Any) -> str:
     """triage: v1 ran 3 times on day 1 (2 not_found); v2 ran 3 times on day 2 (1 not_found, 1 cancelled)."""
-    make_agent("triage-card", kinds=("not_found", "tracker_busy"))
+    make_agent("triage-card", workspace=team.workspace, kinds=("not_found", "tracker_busy"))
     with time_machine.travel(DAY1, tick=False):
         run_agent(team, "triage-card", oz_fail_round("not_found"))
         run_agent(team, "triage-card", oz_fail_round("not_found"))
@@ -102,7 +102,7 @@ def test_it_shows_the_trend_per_day_and_honours_since_and_until(team: Any, histo
 
 @pytest.mark.spec("F18")
 def test_it_counts_repairs_and_the_time_from_hold_to_repair(team: Any) -> None:
-    make_agent("repairable")
+    make_agent("repairable", workspace=team.workspace)
     task = {
         "key": "t1",
         "kind": "tool",
@@ -182,7 +182,7 @@ def test_it_backfills_the_same_counts_the_triggers_keep(team: Any, history: str)
 
     from django.db import connection
 
-    make_agent("backfilled")
+    make_agent("backfilled", workspace=team.workspace)
     task = {
         "key": "t1",
         "kind": "tool",

@@ -2,16 +2,19 @@
 
 Idempotent: users keep their passwords (derived from SECRET_KEY, so they are stable for an
 install and printed each time), and each demo run is created once (marked by `input.demo`).
-Runs are created through the kernel; the worker moves them into their states once it runs:
+Runs are created through the kernel; the worker moves them into their states once it runs.
+They use only what every install has (the `script` model provider, `clock.now`, the runner
+tool `shell.echo`), never the `test.*` tools, so a real install can load the demo:
 
-- running: a test.sleep of an hour
-- awaiting approval: a round under approval mode `ask` that calls test.echo
+- completed: clock.now, then a round that answers
+- running: a shell.echo call waiting for a runner (`./oz0 runner` serves it)
+- awaiting approval: a round under approval mode `ask` that calls clock.now
 - asking a question: a round that answers {"ask": ...}
-- held: test.fail with on_failure `halt`
-- completed: test.echo, then a short test.sleep
+- held: a round whose model route answers 401, with on_failure `halt`
 - canceled with a typed failure: a round calling oz.fail with a kind it never declared
 
-When `agents/` holds manifests, they are registered and each gets one run.
+When `agents/` holds manifests, they are registered as the demo workspace's agents and each
+that runs offline gets one run.
 """
 
 from __future__ import annotations
@@ -39,8 +42,15 @@ DEMO_RUNS: list[tuple[str, dict[str, Any]]] = [
         "completed",
         {
             "tasks": [
-                {"key": "greet", "kind": "tool", "tool": "test.echo", "args": {"value": "hello from the demo"}},
-                {"key": "pause", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 0.5}, "after": ["greet"]},
+                {"key": "clock", "kind": "tool", "tool": "clock.now", "args": {}},
+                {
+                    "key": "greet",
+                    "kind": "round",
+                    "model": "script",
+                    "prompt": "Greet the person trying oz0.",
+                    "script": [{"text": "hello from the demo"}],
+                    "after": ["clock"],
+                },
             ],
             "deliverable": "greet",
             "approval": {"mode": "bypass"},
@@ -49,7 +59,14 @@ DEMO_RUNS: list[tuple[str, dict[str, Any]]] = [
     (
         "running",
         {
-            "tasks": [{"key": "long-wait", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 3600}}],
+            "tasks": [
+                {
+                    "key": "on-runner",
+                    "kind": "tool",
+                    "tool": "shell.echo",
+                    "args": {"text": "hello from a runner"},
+                }
+            ],
             "approval": {"mode": "bypass"},
         },
     ),
@@ -61,10 +78,10 @@ DEMO_RUNS: list[tuple[str, dict[str, Any]]] = [
                     "key": "deploy",
                     "kind": "round",
                     "model": "script",
-                    "prompt": "Deploy the release to staging.",
-                    "tools": ["test.echo"],
+                    "prompt": "Deploy the release to staging once it is time.",
+                    "tools": ["clock.now"],
                     "script": [
-                        {"tool_calls": [{"tool": "test.echo", "args": {"value": "deploying release 1.4 to staging"}}]},
+                        {"tool_calls": [{"tool": "clock.now", "args": {}}]},
                         {"text": "Release 1.4 is on staging."},
                     ],
                 }
@@ -93,12 +110,13 @@ DEMO_RUNS: list[tuple[str, dict[str, Any]]] = [
             "tasks": [
                 {
                     "key": "fetch",
-                    "kind": "tool",
-                    "tool": "test.fail",
-                    "args": {"error": "tool_failed", "detail": "the upstream API answered 500"},
+                    "kind": "round",
+                    "model": "script",
+                    "prompt": "Fetch the open incidents from the tracker.",
+                    "script": [{"http": 401}],
                     "on_failure": "halt",
                 },
-                {"key": "summarize", "kind": "tool", "tool": "test.echo", "args": {"value": "summary"}, "after": ["fetch"]},
+                {"key": "summarize", "kind": "tool", "tool": "clock.now", "args": {}, "after": ["fetch"]},
             ],
             "approval": {"mode": "bypass"},
         },
@@ -142,8 +160,9 @@ def ensure_users(workspace: Workspace) -> dict[str, User]:
     return users
 
 
-def load_agents() -> dict[str, bool]:
-    """Register agents/*.yaml through runs.manifests (a new version only when one changed).
+def load_agents(workspace: Workspace) -> dict[str, bool]:
+    """Register agents/*.yaml as the workspace's agents through runs.manifests (a new version
+    only when one changed).
 
     Returns each agent's name and whether it runs offline (on the `script` provider): only
     those get a demo run, since the others need a real model's credentials.
@@ -155,7 +174,7 @@ def load_agents() -> dict[str, bool]:
     agents: dict[str, bool] = {}
     for path in sorted(AGENTS_DIR.glob("*.y*ml")):
         try:
-            registered = manifests.register(path.read_text())
+            registered = manifests.register(path.read_text(), workspace=workspace)
         except manifests.InvalidManifest as error:
             raise CommandError(f"{path.relative_to(settings.BASE_DIR)} does not lint: {error}") from None
         manifest = registered.version.manifest
@@ -171,12 +190,10 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true", help="print only the login details")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not settings.OZ0_TEST_TOOLS:
-            raise CommandError("the demo runs use the test tools: set OZ0_TEST_TOOLS=1 (./oz0 up does)")
         workspace, _ = Workspace.objects.get_or_create(slug=WORKSPACE, defaults={"name": "Demo"})
         users = ensure_users(workspace)
         operator = users[Role.OPERATOR]
-        agents = load_agents()
+        agents = load_agents(workspace)
         runs = [*DEMO_RUNS, *((f"agent:{name}", {"agent": name}) for name, offline in agents.items() if offline)]
         created = []
         for marker, body in runs:

@@ -105,7 +105,11 @@ def claim(executor: Executor, executor_id: str) -> kernel_executors.LeasedCall |
     _require_self(executor, executor_id)
     _seen(executor)
     return kernel_executors.claim_call(
-        executor_id=executor.pk, executor_name=executor.name, tools=executor.tools, workspace_ids=workspace_ids(executor)
+        executor_id=executor.pk,
+        executor_name=executor.name,
+        tools=executor.tools,
+        workspace_ids=workspace_ids(executor),
+        owner_id=executor.owner_id,
     )
 
 
@@ -174,12 +178,21 @@ def revoke(*, executor_id: str, user: Any = None, executor: Executor | None = No
     target.revoked = True
     scope = workspace_ids(target)
     # Tools nobody else serves any more in those workspaces: their unclaimed calls were addressed to this one.
+    # The owner's private runs count only the owner's own executors (nobody else's may claim them).
     others = (
         Executor.objects.filter(revoked=False).exclude(pk=target.pk).filter(Q(workspace__isnull=True) | Q(workspace_id__in=scope))
     )
     served = {tool for tools in others.values_list("tools", flat=True) for tool in tools}
-    orphaned = [tool for tool in target.tools if tool not in served]
-    failed = kernel_executors.revoke_calls(executor_id=target.pk, orphaned_tools=orphaned, workspace_ids=scope)
+    served_for_owner = {
+        tool for tools in others.filter(owner_id=target.owner_id).values_list("tools", flat=True) for tool in tools
+    }
+    failed = kernel_executors.revoke_calls(
+        executor_id=target.pk,
+        orphaned_tools=[tool for tool in target.tools if tool not in served],
+        workspace_ids=scope,
+        owner_id=target.owner_id,
+        private_orphaned_tools=[tool for tool in target.tools if tool not in served_for_owner],
+    )
     return target, failed
 
 

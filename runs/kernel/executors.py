@@ -55,8 +55,13 @@ def addressed_to(task: Task) -> str | None:
     return str(target) if target else None
 
 
-def claim_call(*, executor_id: Any, executor_name: str, tools: Iterable[str], workspace_ids: Iterable[int]) -> LeasedCall | None:
-    """Hand the oldest advertised call this executor serves to it, under a fresh lease."""
+def claim_call(
+    *, executor_id: Any, executor_name: str, tools: Iterable[str], workspace_ids: Iterable[int], owner_id: Any
+) -> LeasedCall | None:
+    """Hand the oldest advertised call this executor serves to it, under a fresh lease.
+
+    A private run's calls go only to executors its creator registered: its tool args are its
+    content, which nobody else may read (F11)."""
     tools = list(tools)
     workspace_ids = list(workspace_ids)
     if not tools or not workspace_ids:
@@ -70,6 +75,7 @@ def claim_call(*, executor_id: Any, executor_name: str, tools: Iterable[str], wo
             run__workspace_id__in=workspace_ids,
             run__status__in=CLAIMABLE_RUN_STATUSES,
         )
+        .filter(Q(run__private=False) | Q(run__created_by_id=owner_id))
         .filter(Q(spec__args__executor__isnull=True) | Q(spec__args__executor=str(executor_id)))
         .order_by("started_at", "pk")
         .values_list("pk", "run_id")[:CLAIM_SCAN]
@@ -77,6 +83,8 @@ def claim_call(*, executor_id: Any, executor_name: str, tools: Iterable[str], wo
     for task_id, run_id in candidates:
         with _locked(run_id, f"executor {executor_name or executor_id}") as txn:
             if txn.run.status not in CLAIMABLE_RUN_STATUSES:
+                continue
+            if txn.run.private and txn.run.created_by_id != owner_id:
                 continue
             claim = f"{claim_prefix(executor_id)}{uuid.uuid4().hex[:16]}"
             task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__isnull=True).first()
@@ -178,10 +186,19 @@ def sweep_expired_leases(now: datetime | None = None) -> int:
     return len(stale)
 
 
-def revoke_calls(*, executor_id: Any, orphaned_tools: Iterable[str], workspace_ids: Iterable[int]) -> int:
+def revoke_calls(
+    *,
+    executor_id: Any,
+    orphaned_tools: Iterable[str],
+    workspace_ids: Iterable[int],
+    owner_id: Any = None,
+    private_orphaned_tools: Iterable[str] = (),
+) -> int:
     """An executor was revoked: its claimed calls lose their lease, and the unclaimed calls
-    addressed to it fail with `executor_revoked` — those naming it, and those of tools no other
-    live executor serves (`orphaned_tools`). Returns how many calls failed."""
+    addressed to it fail with `executor_revoked` — those naming it, those of shared runs whose
+    tool no other live executor serves (`orphaned_tools`), and those of its owner's private runs
+    whose tool no other live executor of the owner serves (`private_orphaned_tools`). Returns how
+    many calls failed."""
     failed = 0
     prefix = claim_prefix(executor_id)
     held = list(Task.objects.filter(status=TaskStatus.DISPATCHED, claim__startswith=prefix).values_list("pk", "run_id", "claim"))
@@ -193,9 +210,15 @@ def revoke_calls(*, executor_id: Any, orphaned_tools: Iterable[str], workspace_i
             txn.remember([task])
             _lose_lease(txn, task, "executor_revoked")
     orphaned = list(orphaned_tools)
+    private_orphaned = list(private_orphaned_tools)
+    scope = list(workspace_ids)
     addressed = Q(spec__args__executor=str(executor_id))
     if orphaned:
-        addressed |= Q(spec__tool__in=orphaned, run__workspace_id__in=list(workspace_ids))
+        addressed |= Q(spec__tool__in=orphaned, run__workspace_id__in=scope, run__private=False)
+    if private_orphaned and owner_id is not None:
+        addressed |= Q(
+            spec__tool__in=private_orphaned, run__workspace_id__in=scope, run__private=True, run__created_by_id=owner_id
+        )
     unclaimed = list(
         Task.objects.filter(kind="tool", status=TaskStatus.DISPATCHED, claim__isnull=True)
         .filter(addressed)

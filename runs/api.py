@@ -21,6 +21,7 @@ from runs.schemas import (
     EffectCount,
     ErrorOut,
     ReasonIn,
+    ResolveIn,
     RunCreated,
     RunOnly,
     RunOut,
@@ -139,8 +140,20 @@ def answer(request: HttpRequest, run_id: str, key: str, payload: ValueIn) -> dic
     return _verb(request, run_id, kernel.answer, key=key, value=(body_of(request) or {}).get("value"))
 
 
-@router.post("/awaits/{token}", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token (S8)")
-def resolve_await(request: HttpRequest, token: str, payload: ValueIn) -> dict[str, Any]:
+@router.post("/awaits", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token (S8, S32)")
+def resolve_await(request: HttpRequest, payload: ResolveIn) -> dict[str, Any]:
+    """The token rides in the body, so access logs never hold it; resolving needs write standing
+    in the await's workspace, as every write surface does."""
+    body = body_of(request) or {}
+    run = kernel.resolve_await(token=body.get("token"), user=request.user, value=body.get("value"))
+    return {"run": _document(request, run)}
+
+
+@router.post(
+    "/awaits/{token}", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token in the path (S8)"
+)
+def resolve_await_by_path(request: HttpRequest, token: str, payload: ValueIn) -> dict[str, Any]:
+    """API.md's form; prefer POST /awaits with the token in the body, which stays out of access logs."""
     run = kernel.resolve_await(token=token, user=request.user, value=(body_of(request) or {}).get("value"))
     return {"run": _document(request, run)}
 

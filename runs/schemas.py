@@ -77,6 +77,13 @@ class ValueIn(Schema):
     value: Any = None
 
 
+class ResolveIn(Schema):
+    """A client await's bearer proof in the body, where access logs do not keep it."""
+
+    token: str
+    value: Any = None
+
+
 class TaskError(Schema):
     key: str | None
     detail: str | None = None

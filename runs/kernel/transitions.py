@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -448,10 +449,11 @@ def _add_tasks(txn: _Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:
     tokens: dict[str, str] = {}
     rows = []
     for offset, spec in enumerate(specs):
-        token = None
+        token_digest = None
         if spec.kind == "await" and not spec.composed:
             token = secrets.token_urlsafe(24)
             tokens[spec.key] = token
+            token_digest = await_token_digest(token)
         rows.append(
             Task(
                 run=run,
@@ -462,7 +464,7 @@ def _add_tasks(txn: _Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:
                 spec=spec.spec,
                 composed=spec.composed,
                 lineage=spec.lineage or spec.key,
-                resolution_token=token,
+                resolution_token=token_digest,
                 position=start + offset,
             )
         )
@@ -1306,14 +1308,26 @@ def answer(*, run_id: Any, key: str, user: Any, value: Any) -> Run:
         return txn.run
 
 
+def await_token_digest(token: str) -> str:
+    """Await tokens are stored as their SHA-256: the bearer proof itself rode out in the receipt only."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 def resolve_await(*, token: str, user: Any, value: Any) -> Run:
-    """Resolve a client-authored await with its bearer proof (S8)."""
+    """Resolve a client-authored await with its bearer proof (S8). The proof names the await; the
+    resolver still needs write standing in its workspace, as every write surface does (S32)."""
     check_storable(value)
-    run_id = Task.objects.filter(resolution_token=token).values_list("run_id", flat=True).first()
+    if not isinstance(token, str) or not token or len(token) > 200:
+        raise NotFound("await")
+    digest = await_token_digest(token)
+    run_id = Task.objects.filter(resolution_token=digest).values_list("run_id", flat=True).first()
     if run_id is None:
         raise NotFound("await")
     with _locked(run_id, _actor_name(user)) as txn:
-        task = Task.objects.get(resolution_token=token)
+        if user is not None and not is_member(user, txn.run.workspace_id):
+            raise NotFound("await")
+        _require_write(user, txn.run.workspace_id)
+        task = Task.objects.get(resolution_token=digest)
         txn.remember([task])
         if task.status != TaskStatus.DISPATCHED:
             raise Conflict("not_pending", f"the await is {task.status}")

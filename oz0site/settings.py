@@ -167,6 +167,8 @@ X_FRAME_OPTIONS = "DENY"
 
 # oz0's own knobs.
 OZ0_TEST_TOOLS = env.bool("OZ0_TEST_TOOLS", default=False)
+# The longest `test.sleep` (and `test.effect`'s stay): a worker slot is shared by every workspace.
+OZ0_TEST_SLEEP_MAX = env.float("OZ0_TEST_SLEEP_MAX", default=60.0)
 # A claimed call whose holder has not heartbeaten for this long is presumed dead.
 OZ0_LEASE_SECONDS = env.float("OZ0_LEASE_SECONDS", default=30.0)
 OZ0_HEARTBEAT_SECONDS = env.float("OZ0_HEARTBEAT_SECONDS", default=1.0)

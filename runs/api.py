@@ -175,7 +175,13 @@ def resume(request: HttpRequest, run_id: str) -> dict[str, Any]:
 
 
 @router.get("/test/effects/{effect_id}", response={200: EffectCount, **ERRORS}, summary="How often a test effect ran")
-def effect_count(request: HttpRequest, effect_id: str) -> dict[str, Any]:
+def effect_count(request: HttpRequest, effect_id: str, workspace: str | None = None) -> dict[str, Any]:
+    """Counts the executions of runs in the caller's workspaces (or in the one named) only."""
     if not settings.OZ0_TEST_TOOLS:
         raise NotFound("test tool ledger")
-    return {"id": effect_id, "count": EffectRecord.objects.filter(effect_id=effect_id).count()}
+    if workspace is not None:
+        workspace_ids = [selectors.workspace_for(request.user, workspace).pk]
+    else:
+        workspace_ids = list(selectors.workspaces_of(request.user).values_list("workspace_id", flat=True))
+    count = EffectRecord.objects.filter(effect_id=effect_id, workspace_id__in=workspace_ids).count()
+    return {"id": effect_id, "count": count}

@@ -285,6 +285,8 @@ class EffectRecord(models.Model):
     """The ledger of `test.effect` executions (counts how often an effect really ran)."""
 
     effect_id = models.CharField(max_length=200, db_index=True)
+    # The workspace of the run whose call ran it: the ledger answers only that workspace's members.
+    workspace_id = models.BigIntegerField(null=True, blank=True)
     replayable = models.BooleanField(default=False)
     at = models.DateTimeField(auto_now_add=True)
 

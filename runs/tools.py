@@ -97,9 +97,23 @@ def _fail(args: dict[str, Any], context: ToolContext) -> Any:
     raise ToolError(str(args.get("error") or "tool_failed"), str(args.get("detail") or ""))
 
 
+def _seconds(args: dict[str, Any]) -> float:
+    """A test tool's `seconds`, at most OZ0_TEST_SLEEP_MAX: a worker slot is shared by every workspace."""
+    raw = args.get("seconds") or 0
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise ToolError("tool_failed", "`seconds` must be a number")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ToolError("tool_failed", "`seconds` must be a number") from None
+    cap = float(settings.OZ0_TEST_SLEEP_MAX)
+    if not 0 <= seconds <= cap:
+        raise ToolError("tool_failed", f"`seconds` must be from 0 to {cap:g} (OZ0_TEST_SLEEP_MAX)")
+    return seconds
+
+
 def _sleep(args: dict[str, Any], context: ToolContext) -> Any:
-    seconds = float(args.get("seconds") or 0)
-    context.sleep(seconds)
+    context.sleep(_seconds(args))
     return args.get("seconds")
 
 
@@ -118,12 +132,14 @@ def _flaky(args: dict[str, Any], context: ToolContext) -> Any:
 
 def _effect(replayable: bool) -> ToolFn:
     def run(args: dict[str, Any], context: ToolContext) -> Any:
-        from runs.models import EffectRecord
+        from runs.models import EffectRecord, Run
 
+        seconds = _seconds(args)
+        workspace_id = Run.objects.filter(pk=context.run_id).values_list("workspace_id", flat=True).first()
         # The effect commits at once, as a real write to the world would.
-        EffectRecord.objects.create(effect_id=str(args.get("id")), replayable=replayable)
+        EffectRecord.objects.create(effect_id=str(args.get("id")), replayable=replayable, workspace_id=workspace_id)
         # Optional: stay in the call a while after the effect, so a test can kill the worker mid-call.
-        context.sleep(float(args.get("seconds") or 0))
+        context.sleep(seconds)
         return {"id": args.get("id")}
 
     return run

@@ -95,6 +95,7 @@ def test_it_comes_up_on_embedded_services_and_stops_cleanly(tmp_path: Path) -> N
         OZ0_DATA_DIR=str(data),
         OZ0_PORT=str(port),
         OZ0_HOST="127.0.0.1",
+        OZ0_TEST_TOOLS=None,  # a real install: `up` without --demo installs no test tools
     )
     base = f"http://127.0.0.1:{port}"
     up = Up(env)
@@ -127,13 +128,19 @@ def test_it_comes_up_on_embedded_services_and_stops_cleanly(tmp_path: Path) -> N
         assert token_result.returncode == 0, token_result.stderr
         token = token_result.stdout.strip().splitlines()[-1]
 
-        def create_run() -> None:
-            body = json.dumps({"tasks": [{"key": "hi", "kind": "tool", "tool": "test.echo", "args": {"value": 1}}]}).encode()
-            status, answer = fetch(
+        def post_run(tool: str) -> tuple[int, bytes]:
+            body = json.dumps({"tasks": [{"key": "hi", "kind": "tool", "tool": tool, "args": {}}]}).encode()
+            return fetch(
                 f"{base}/api/v1/workspaces/demo/runs",
                 data=body,
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             )
+
+        status, answer = post_run("test.echo")
+        assert status == 400 and json.loads(answer)["error"]["key"] == "unknown_tool"
+
+        def create_run() -> None:
+            status, answer = post_run("clock.now")
             assert status == 201, answer
 
         # A thread of its own: an earlier test (Playwright's sync API) may leave this thread's loop running.

@@ -1,0 +1,96 @@
+"""The `test.*` tools on a real install: off unless asked for, bounded, and their ledger scoped to workspaces."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import uuid
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from runs.models import Run
+from tests.conftest import ROOT, Team
+from tests.runs.driver import drive, task
+
+
+def _cli() -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader("oz0_cli", str(ROOT / "oz0"))
+    spec = importlib.util.spec_from_loader("oz0_cli", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_it_installs_the_test_tools_under_up_only_with_demo_or_the_variable() -> None:
+    """Before, `./oz0 up` set OZ0_TEST_TOOLS=1 for every install, DEBUG=0 included."""
+    cli = _cli()
+    assert cli.up_environment([], {}) == {"OZ0_TEST_TOOLS": "0"}
+    assert cli.up_environment([], {"OZ0_TEST_TOOLS": "1"}) == {"OZ0_TEST_TOOLS": "1"}
+    assert cli.up_environment(["--demo"], {}) == {"OZ0_TEST_TOOLS": "1"}
+    assert cli.up_environment(["--demo"], {"OZ0_TEST_TOOLS": "0"}) == {"OZ0_TEST_TOOLS": "1"}
+    with pytest.raises(cli.Fatal, match="up takes only --demo"):
+        cli.up_environment(["--frobnicate"], {})
+
+
+def test_it_refuses_test_tools_when_they_are_not_installed(team: Team, settings: Any) -> None:
+    settings.OZ0_TEST_TOOLS = False
+    status, body = team.api().post(
+        f"/workspaces/{team.slug}/runs", {"tasks": [{"key": "s", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 1}}]}
+    )
+    assert status == 400 and body["error"]["key"] == "unknown_tool"
+    status, body = team.api().get("/test/effects/anything")
+    assert status == 404
+
+
+@pytest.mark.parametrize("tool", ["test.sleep", "test.effect"])
+def test_it_caps_how_long_a_test_tool_holds_a_worker_slot(team: Team, tool: str, no_dispatch: list[int]) -> None:
+    """Before, test.sleep slept as long as asked: one operator could hold every workspace's worker slots."""
+    body = {"tasks": [{"key": "s", "kind": "tool", "tool": tool, "args": {"seconds": 10**9, "id": uuid.uuid4().hex}}]}
+    status, created = team.api().post(f"/workspaces/{team.slug}/runs", body)
+    assert status == 201, created
+    run = drive(Run.objects.get(pk=created["run"]["id"]))  # would sleep for 31 years before the cap
+    call = task(run, "s")
+    assert (call.status, call.error_key) == ("failed", "tool_failed")
+    assert "OZ0_TEST_SLEEP_MAX" in str(call.error_detail)
+
+
+def test_it_still_sleeps_within_the_cap(team: Team, no_dispatch: list[int]) -> None:
+    body = {"tasks": [{"key": "s", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 0.05}}], "deliverable": "s"}
+    status, created = team.api().post(f"/workspaces/{team.slug}/runs", body)
+    run = drive(Run.objects.get(pk=created["run"]["id"]))
+    assert run.status == "completed" and run.output == 0.05
+
+
+@pytest.mark.parametrize("role,count", [("operator", 1), ("reader", 1), ("viewer", 1), ("outsider", 0), ("other_operator", 0)])
+def test_it_counts_test_effects_only_for_members_of_the_runs_workspace(
+    team: Team, role: str, count: int, no_dispatch: list[int]
+) -> None:
+    """Before, the ledger answered anyone with any effect id, whatever workspace ran it."""
+    effect = uuid.uuid4().hex
+    body = {"tasks": [{"key": "e", "kind": "tool", "tool": "test.effect", "args": {"id": effect}}]}
+    status, created = team.api().post(f"/workspaces/{team.slug}/runs", body)
+    drive(Run.objects.get(pk=created["run"]["id"]))
+    other = Team()
+    api = other.api() if role == "other_operator" else team.api(role)
+    status, body = api.get(f"/test/effects/{effect}")
+    assert status == 200 and body == {"id": effect, "count": count}
+    status, body = api.get(f"/test/effects/{effect}?workspace={team.slug}")
+    assert status == (200 if count else 404)
+    if role == "other_operator":
+        # Running the same effect id in one's own workspace counts one's own executions only.
+        status, created = other.api().post(f"/workspaces/{other.slug}/runs", {"tasks": body_tasks(effect)})
+        drive(Run.objects.get(pk=created["run"]["id"]))
+        assert other.api().get(f"/test/effects/{effect}")[1]["count"] == 1
+        assert team.api().get(f"/test/effects/{effect}")[1]["count"] == 1
+
+
+def body_tasks(effect: str) -> list[dict[str, Any]]:
+    return [{"key": "e", "kind": "tool", "tool": "test.effect", "args": {"id": effect}}]
+
+
+def test_it_answers_a_huge_effect_id_without_an_error(team: Team) -> None:
+    status, body = team.api().get(f"/test/effects/{'x' * 5000}")
+    assert status == 200 and body["count"] == 0

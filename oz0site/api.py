@@ -119,7 +119,11 @@ def error_response(request: HttpRequest, key: str, detail: str, status: int) -> 
 
 @api.exception_handler(KernelError)
 def kernel_error(request: HttpRequest, error: KernelError) -> HttpResponse:
-    return error_response(request, error.key, error.detail, error.status)
+    response = error_response(request, error.key, error.detail, error.status)
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    return response
 
 
 @api.exception_handler(AuthenticationError)

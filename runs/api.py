@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest
 from ninja import Router
 
-from runs import kernel, selectors
+from runs import kernel, selectors, waits
 from runs.kernel.errors import NotFound
 from runs.kernel.validation import parse_body
 from runs.models import EffectRecord
@@ -84,16 +83,27 @@ def trace(request: HttpRequest, run_id: str, after: int = 0, limit: int = 10_000
     return {"events": selectors.trace_documents(request.user, run, after=after, limit=max(1, min(limit, 10_000)))}
 
 
-@router.get("/runs/{run_id}/wait", response={200: WaitOut, **ERRORS}, by_alias=True, summary="Wait for events past a seq")
+@router.get(
+    "/runs/{run_id}/wait", response={200: WaitOut, 429: ErrorOut, **ERRORS}, by_alias=True, summary="Wait for events past a seq"
+)
 async def wait(request: HttpRequest, run_id: str, after: int = 0, timeout: float = 30.0) -> dict[str, Any]:
-    """Blocks (without holding a server thread) until an event past `after` exists or the timeout passes."""
+    """Blocks until an event past `after` exists or the timeout (at most 60 s) passes.
+
+    While it waits it holds neither a server thread nor a database connection: it sleeps on the
+    run's channel-layer group. A user has at most OZ0_WAITS_PER_USER waits open (429 past it)."""
     user = request.user
-    run = await sync_to_async(selectors.run_for)(user, run_id)
-    deadline = asyncio.get_running_loop().time() + max(0.0, min(timeout, 60.0))
-    while run.last_seq <= after and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
-        run = await sync_to_async(selectors.run_for)(user, run_id)
-    return await sync_to_async(_wait_document)(user, run, after)
+    run = await waits.read(selectors.run_for, user, run_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + waits.clamp_timeout(timeout)
+    if run.last_seq <= after and loop.time() < deadline:
+        async with waits.slot(user), waits.wakeup(run.pk) as wakeup:
+            while True:
+                run = await waits.read(selectors.run_for, user, run_id)
+                remaining = deadline - loop.time()
+                if run.last_seq > after or remaining <= 0:
+                    break
+                await wakeup.sleep(remaining)
+    return await waits.read(_wait_document, user, run, after)
 
 
 def _wait_document(user: Any, run: Any, after: int) -> dict[str, Any]:

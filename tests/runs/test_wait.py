@@ -156,7 +156,7 @@ def test_it_refuses_bad_input_typed() -> None:
     assert status == 400 and body["error"]["key"] == "invalid_request"
     status, body = api.get(f"/runs/{run.pk}/wait?after=lots")
     assert status == 400
-    status, body = api.get(f"/runs/not-a-run/wait?timeout=0")
+    status, body = api.get("/runs/not-a-run/wait?timeout=0")
     assert status == 404 and body["error"]["key"] == "not_found"
     status, body = api.get(f"/runs/{run.pk}/wait?after=0&timeout=99999999999")
     assert status == 200  # clamped to 60 s, and events are there already

@@ -164,11 +164,12 @@ def search_page(
 ) -> dict[str, Any]:
     """One page over the given workspaces (id → slug), keyset-paged by (created_at, id)."""
     query = parse_query(text)
-    wanted = set(query.workspaces)
+    filters = [set(query.workspaces)] if query.workspaces else []
     if workspace is not None:
-        # Every workspace filter must hold; a slug outside `workspaces` matches nothing.
-        wanted = wanted & {workspace} if wanted else {workspace}
-    if wanted:
+        filters.append({workspace})
+    if filters:
+        # Every workspace filter must hold: disjoint ones (or a slug outside `workspaces`) match nothing.
+        wanted = set.intersection(*filters)
         workspaces = {pk: slug for pk, slug in workspaces.items() if slug in wanted}
     limit = max(1, min(limit, PAGE_MAX))
     rows = findings_matching(query, list(workspaces))

@@ -1,7 +1,12 @@
-"""GET /healthz: the database, Redis and the worker heartbeat, each with a status."""
+"""GET /healthz: the database, Redis and the worker heartbeat, each with a status.
+
+The page is public (load balancers read it), so a failure says what failed in a fixed word and
+never the exception's text (hosts, ports, user names); the text goes to the log.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -12,6 +17,13 @@ from django.views.decorators.http import require_GET
 
 WORKER_STALE_SECONDS = 30.0
 
+log = logging.getLogger(__name__)
+
+
+def _failed(what: str, error: Exception) -> dict[str, Any]:
+    log.warning("healthz: %s check failed: %s: %s", what, type(error).__name__, error)
+    return {"status": "error", "detail": f"{what} unreachable"}
+
 
 def check_database() -> dict[str, Any]:
     try:
@@ -19,7 +31,7 @@ def check_database() -> dict[str, Any]:
             cursor.execute("SELECT 1")
         return {"status": "ok"}
     except Exception as error:
-        return {"status": "error", "detail": f"{type(error).__name__}: {error}"}
+        return _failed("database", error)
 
 
 def check_redis() -> dict[str, Any]:
@@ -30,7 +42,7 @@ def check_redis() -> dict[str, Any]:
         client.ping()
         return {"status": "ok"}
     except Exception as error:
-        return {"status": "error", "detail": f"{type(error).__name__}: {error}"}
+        return _failed("redis", error)
     finally:
         client.close()
 
@@ -41,7 +53,7 @@ def check_worker() -> dict[str, Any]:
     try:
         beat = cache.get(settings.OZ0_WORKER_HEARTBEAT_KEY)
     except Exception as error:
-        return {"status": "error", "detail": f"{type(error).__name__}: {error}"}
+        return _failed("worker heartbeat (redis)", error)
     if beat is None:
         return {"status": "unknown", "detail": "no worker has reported yet"}
     age = time.time() - float(beat)

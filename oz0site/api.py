@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from contextvars import ContextVar
 from functools import wraps
@@ -18,10 +17,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from runs.kernel.errors import KernelError
 from runs.models import ApiToken
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+from runs.tokens import token_digest
 
 
 def token_user(token: str) -> Any:

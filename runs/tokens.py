@@ -1,0 +1,98 @@
+"""API tokens: issue, list and revoke a person's bearer tokens, each with an optional expiry.
+
+Only a token's SHA-256 is stored, with its first characters as a hint a person recognizes it by;
+the token itself is shown once, when it is issued. A revoked or expired token authenticates
+nobody (`oz0site.api.token_user`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from runs.kernel.errors import Conflict, InvalidRequest, NotFound
+from runs.models import ApiToken
+
+HINT_LENGTH = 6
+LABEL_MAX = 100
+EXPIRES_MAX_DAYS = 3650
+# Live tokens one person may hold: enough for every script, few enough that nobody fills the table.
+LIVE_MAX = 100
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def live(tokens: QuerySet[ApiToken], now: datetime | None = None) -> QuerySet[ApiToken]:
+    now = now or timezone.now()
+    return tokens.filter(revoked_at__isnull=True).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+
+def expires_at(days: Any) -> datetime | None:
+    """`days` from now (a whole number from 1 to 3650), or None for a token that never expires."""
+    if days in (None, ""):
+        return None
+    try:
+        count = int(str(days).strip())
+    except ValueError:
+        raise InvalidRequest("invalid_field", "the expiry is a whole number of days") from None
+    if not 1 <= count <= EXPIRES_MAX_DAYS:
+        raise InvalidRequest("invalid_field", f"the expiry is from 1 to {EXPIRES_MAX_DAYS} days")
+    return timezone.now() + timedelta(days=count)
+
+
+def issue(*, user: Any, label: Any = "", expires_in_days: Any = None) -> tuple[str, ApiToken]:
+    """A new token for `user`: (the token, shown once; its row)."""
+    if not isinstance(label, str) or len(label) > LABEL_MAX:
+        raise InvalidRequest("invalid_field", f"the label is text of at most {LABEL_MAX} characters")
+    expiry = expires_at(expires_in_days)
+    token = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        # Serialize one person's issues so the cap holds under concurrent requests.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        if live(ApiToken.objects.filter(user_id=user.pk)).count() >= LIVE_MAX:
+            raise Conflict("too_many_tokens", f"you hold {LIVE_MAX} live tokens; revoke one first")
+        row = ApiToken.objects.create(
+            user=user, digest=token_digest(token), hint=token[:HINT_LENGTH], label=label.strip(), expires_at=expiry
+        )
+    return token, row
+
+
+def tokens_of(user: Any) -> QuerySet[ApiToken]:
+    return ApiToken.objects.filter(user_id=user.pk).order_by("-created_at", "-pk")
+
+
+def status_of(row: ApiToken, now: datetime | None = None) -> str:
+    now = now or timezone.now()
+    if row.revoked_at is not None:
+        return "revoked"
+    if row.expires_at is not None and row.expires_at <= now:
+        return "expired"
+    return "live"
+
+
+def revoke(*, token_id: Any, user: Any = None) -> ApiToken:
+    """Revoke a token: its owner's (`user`), or anyone's when `user` is None (the command line)."""
+    try:
+        pk = int(str(token_id))
+    except ValueError:
+        raise NotFound("token") from None
+    rows = ApiToken.objects.filter(pk=pk)
+    if user is not None:
+        rows = rows.filter(user_id=user.pk)
+    row = rows.first()
+    if row is None:
+        raise NotFound("token")
+    if row.revoked_at is not None:
+        raise Conflict("token_revoked", "the token is already revoked")
+    ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    row.refresh_from_db()
+    return row

@@ -1,0 +1,81 @@
+"""API tokens can be listed, revoked and given an expiry: `./oz0 token list|revoke`, `create --expires-in`."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+import time_machine
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from runs.models import ApiToken
+from tests.conftest import Api
+
+pytestmark = pytest.mark.django_db
+
+
+def _create(*extra: str, username: str = "tok-user") -> str:
+    out = StringIO()
+    call_command("token_create", username, "--workspace", "tok-ws", "--role", "viewer", *extra, stdout=out)
+    return out.getvalue().strip().splitlines()[-1]
+
+
+def _works(token: str) -> bool:
+    return Api(token).get("/workspaces/tok-ws/runs")[0] == 200
+
+
+def test_it_gives_a_token_an_expiry_after_which_it_works_no_more() -> None:
+    """Before, a token lived forever: there was no expiry at all."""
+    token = _create("--expires-in", "1")
+    row = ApiToken.objects.get(hint=token[:6])
+    assert row.expires_at is not None and timedelta(hours=23) < row.expires_at - timezone.now() <= timedelta(days=1)
+    assert _works(token)
+    with time_machine.travel(timezone.now() + timedelta(days=1, minutes=1)):
+        status, body = Api(token).get("/workspaces/tok-ws/runs")
+        assert status == 401 and body["error"]["key"] == "unauthenticated"
+
+
+@pytest.mark.parametrize("days", ["0", "3651", "-2"])
+def test_it_refuses_an_expiry_out_of_range(days: str) -> None:
+    with pytest.raises(CommandError, match="from 1 to 3650 days"):
+        _create("--expires-in", days)
+    assert not ApiToken.objects.filter(user__username="tok-user").exists()
+
+
+def test_it_lists_a_users_tokens_with_their_status_and_never_the_token() -> None:
+    live = _create("--label", "ci-deploy")
+    revoked = _create("--label", "old-laptop")
+    expiring = _create("--label", "short", "--expires-in", "1")
+    other = _create(username="someone-else")
+    call_command("token_revoke", str(ApiToken.objects.get(hint=revoked[:6]).pk), stdout=StringIO())
+    out = StringIO()
+    with time_machine.travel(timezone.now() + timedelta(days=2)):
+        call_command("token_list", "tok-user", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["id", "hint", "label", "created", "last", "used", "expires", "status"]
+    by_label = {line.split()[2]: line for line in lines[1:]}
+    assert set(by_label) == {"ci-deploy", "old-laptop", "short"}
+    assert by_label["ci-deploy"].endswith("live") and by_label["old-laptop"].endswith("revoked")
+    assert by_label["short"].endswith("expired")
+    assert f"{live[:6]}…" in by_label["ci-deploy"]
+    for token in (live, revoked, expiring, other):
+        assert token not in out.getvalue()
+    with pytest.raises(CommandError, match="no such user"):
+        call_command("token_list", "nobody-at-all", stdout=StringIO())
+
+
+def test_it_revokes_a_token_by_id() -> None:
+    """Before, a leaked token could not be revoked short of deleting its row by hand."""
+    token = _create()
+    keep = _create()
+    row = ApiToken.objects.get(hint=token[:6])
+    out = StringIO()
+    call_command("token_revoke", str(row.pk), stdout=out)
+    assert f"revoked token {row.pk}" in out.getvalue()
+    assert not _works(token) and _works(keep)
+    with pytest.raises(CommandError, match="already revoked"):
+        call_command("token_revoke", str(row.pk), stdout=StringIO())
+    with pytest.raises(CommandError, match="no such token"):
+        call_command("token_revoke", "99999999", "abc", stdout=StringIO())

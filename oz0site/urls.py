@@ -4,12 +4,13 @@ from django.urls import include, path
 
 from oz0site.api import api
 from oz0site.health import healthz
+from oz0site.login import ThrottledLoginView
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("inbox.urls")),
     path("", include("insights.urls")),

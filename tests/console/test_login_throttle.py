@@ -82,7 +82,7 @@ def test_it_counts_the_address_the_proxy_saw_not_the_one_the_client_claims(setti
     settings.OZ0_BEHIND_PROXY = True
     user = make_user()
     real = _address()
-    for index in range(login.FAILURES_PER_ACCOUNT):
+    for _ in range(login.FAILURES_PER_ACCOUNT):
         # A client forging a fresh X-Forwarded-For each time still comes from the same real address.
         _sign_in("127.0.0.1", user.username, "wrong", HTTP_X_FORWARDED_FOR=f"{_address()}, {real}")
     assert _sign_in("127.0.0.1", user.username, PASSWORD, HTTP_X_FORWARDED_FOR=f"1.2.3.4, {real}")[0] == 429

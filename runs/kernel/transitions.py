@@ -1313,7 +1313,7 @@ def await_token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def resolve_await(*, token: str, user: Any, value: Any) -> Run:
+def resolve_await(*, token: Any, user: Any, value: Any) -> Run:
     """Resolve a client-authored await with its bearer proof (S8). The proof names the await; the
     resolver still needs write standing in its workspace, as every write surface does (S32)."""
     check_storable(value)

@@ -269,3 +269,15 @@ def test_it_shows_a_committed_change_in_the_runs_list_quickly(live_team: Team, b
         f"commit -> runs list row updated: p50 {statistics.median(latencies):.0f} ms, p95 {p95:.0f} ms over {len(latencies)} changes"
     )
     assert p95 < 1000, latencies  # generous on a shared 2-core machine; the figure is printed
+
+
+def test_it_renders_the_api_docs_from_this_install_under_the_csp(live_team: Team, browsers: Any) -> None:
+    """Swagger UI comes from django-ninja's own files; the page keeps the console's CSP."""
+    reader = browsers()
+    requested: list[str] = []
+    reader.page.on("request", lambda request: requested.append(request.url))
+    reader.open("/api/v1/docs", live=False)
+    expect(reader.page.locator(".swagger-ui .info .title")).to_contain_text("oz0", timeout=15_000)
+    expect(reader.page.locator(".opblock-summary-path").first).to_be_visible()
+    assert requested and all(url.startswith(reader.server.url) for url in requested), requested
+    no_csp_violations(reader)

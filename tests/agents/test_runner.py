@@ -68,8 +68,7 @@ def _runner(live: LiveStack, url: str, token: str, tmp_path: Path) -> tuple[subp
             "runner",
             "--url",
             url,
-            "--token",
-            token,
+            f"--token={token}",  # `=`: a token may start with `-`, which argparse would take for an option
             "--poll",
             "0.2",
             "--name",
@@ -158,8 +157,8 @@ def test_it_serves_one_call_then_revokes_itself(live: LiveStack, live_team: Team
             "runner",
             "--url",
             server,
-            "--token",
-            live_team.tokens["operator"],
+            # `=`: a token may start with `-`, which argparse would take for an option.
+            f"--token={live_team.tokens['operator']}",
             "--poll",
             "0.2",
             "--max-calls",
@@ -181,7 +180,7 @@ def test_it_serves_one_call_then_revokes_itself(live: LiveStack, live_team: Team
 
 def test_it_refuses_to_serve_a_tool_it_does_not_have(live: LiveStack, live_team: Team, server: str) -> None:
     done = subprocess.run(
-        [sys.executable, "manage.py", "runner", "--url", server, "--token", live_team.tokens["operator"], "--tools", "rm.rf"],
+        [sys.executable, "manage.py", "runner", "--url", server, f"--token={live_team.tokens['operator']}", "--tools", "rm.rf"],
         cwd=ROOT,
         env=live.env,
         capture_output=True,

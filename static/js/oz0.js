@@ -31,9 +31,12 @@
           signal(data);
         }
       };
-      socket.onclose = function () {
+      socket.onclose = function (event) {
         document.body.classList.remove("live-on");
         document.body.classList.add("live-off");
+        if (event.code === 4403) {
+          return; // no longer a member of this workspace: nothing more will come
+        }
         window.setTimeout(open, wait);
         wait = Math.min(wait * 2, 10000);
       };

@@ -252,10 +252,18 @@ def test_it_refuses_yaml_values_json_cannot_hold_with_their_line(value: str, lin
     assert problem.line == line and words in problem.message, problem
 
 
-def test_it_refuses_nesting_deeper_than_a_manifest_needs() -> None:
-    text = "name: a\nmodel: script\nscript: " + "[" * 5000 + "]" * 5000 + "\n"
+def test_it_refuses_more_values_than_a_manifest_needs_before_building_them() -> None:
+    text = "name: a\nmodel: script\nscript: [" + ",".join(["1"] * (manifests.NODES_MAX + 1)) + "]\n"
     problem = _one(text)
-    assert problem.line == 3 and "nests deeper" in problem.message
+    assert problem.line == 3 and "more than 20,000 values" in problem.message
+
+
+def test_it_refuses_nesting_deeper_than_a_manifest_needs() -> None:
+    problem = _one("name: a\nmodel: script\nscript: " + "[" * 50 + "]" * 50 + "\n")
+    assert problem.line == 3 and "nests deeper than 32 levels" in problem.message
+    # Deeper still, the YAML parser itself says so first: a typed error all the same.
+    problem = _one("name: a\nmodel: script\nscript: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert problem.line == 3 and "nest" in problem.message
 
 
 def test_it_registers_nothing_for_yaml_json_cannot_hold(db: Any) -> None:

@@ -138,3 +138,29 @@ def test_it_refuses_a_body_that_is_not_an_object_typed(team: Team, path: str) ->
     status, body = team.api().post(path.format(run=run_id, token=token), raw="[null, null]")
     assert (status, body["error"]["key"]) == (400, "invalid_request"), body
     assert Run.objects.get(pk=run_id).last_seq == seq
+
+
+@pytest.mark.spec("S31")
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/workspaces/a%00b/runs",
+        "/workspaces/{ws}/runs?agent=a%00b",
+        "/inbox?workspace=a%00b",
+        "/findings?q=agent:a%00b",
+        "/insights/agents/a%00b",
+        "/agents/a%00b",
+        "/test/effects/a%00b",
+    ],
+)
+def test_it_refuses_a_nul_in_the_path_or_the_query_typed(team: Team, path: str) -> None:
+    status, body = team.api("viewer").get(path.format(ws=team.slug))
+    assert (status, body["error"]["key"]) == (400, "nul_byte"), body
+
+
+def test_it_refuses_a_nul_in_a_console_url_with_a_400(team: Team) -> None:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(team.users["viewer"])
+    assert client.get(f"/w/{team.slug}/runs/", {"agent": "a\x00b"}).status_code == 400

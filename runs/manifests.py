@@ -70,7 +70,7 @@ class InvalidManifest(Exception):
 
 
 class _Refused(Exception):
-    """A manifest the loader stops reading at once (an alias, nesting too deep)."""
+    """A manifest the loader stops reading at once: an alias, nesting too deep, too many values."""
 
     def __init__(self, line: int, message: str) -> None:
         super().__init__(message)
@@ -90,7 +90,7 @@ def _check_events(text: str) -> None:
     MAX_DEPTH (the composer recurses) and more than NODES_MAX nodes (each costs time to build)."""
     depth = nodes = 0
     for event in yaml.parse(text, Loader=_Loader):
-        line = event.start_mark.line + 1
+        line = event.start_mark.line + 1 if event.start_mark is not None else 1
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise _Refused(
                 line, "uses a YAML anchor or alias (`&name` / `*name`); manifests refuse them: write the value out in full"
@@ -145,6 +145,12 @@ def _json_problems(root: yaml.Node) -> list[Problem]:
     return problems
 
 
+class _Problems(Exception):
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(map(str, problems)))
+        self.problems = problems
+
+
 def _load(text: str) -> tuple[Any, yaml.Node | None]:
     """The manifest's data and its node graph (for line numbers). Raises `_Refused`, `_Problems`
     or YAMLError."""
@@ -160,12 +166,6 @@ def _load(text: str) -> tuple[Any, yaml.Node | None]:
         return loader.construct_document(node), node
     finally:
         loader.dispose()
-
-
-class _Problems(Exception):
-    def __init__(self, problems: list[Problem]) -> None:
-        super().__init__("; ".join(map(str, problems)))
-        self.problems = problems
 
 
 class _Lines:
@@ -328,7 +328,7 @@ def _known_unserved(name: str) -> str | None:
 
     if name.startswith("oz."):
         return f"is not one of the platform's built-ins ({', '.join(BUILTIN_TOOLS)}); nothing else serves `oz.` tools"
-    if is_registered(name):
+    if is_registered(name):  # registered yet not served here: only a test tool without OZ0_TEST_TOOLS
         return "is a test tool, served only where OZ0_TEST_TOOLS=1"
     return None
 

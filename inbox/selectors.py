@@ -15,13 +15,12 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from runs import failures
 from runs.kernel.graph import repair_candidates
 from runs.models import TASK_FAILED, Membership, Run, RunStatus, Task, TaskStatus, TraceEvent, Workspace
 from runs.permissions import can_read_content
-from runs.selectors import decode_cursor, encode_cursor, task_error
+from runs.selectors import encode_cursor, invalid_cursor, keyset_position, task_error, uuid_or_invalid_cursor
 
 KINDS = ("approval", "question", "hold")
 
@@ -34,13 +33,18 @@ def member_workspace_ids(user: Any, workspace: str | None = None) -> list[int]:
 
 
 def _position(cursor: str | None) -> tuple[datetime | None, str, str]:
-    """(since, "task"|"run", id) of the last item a page showed."""
-    position = decode_cursor(cursor)
-    if not position or len(position) < 2:
+    """(since, "task"|"run", id) of the last item a page showed; a cursor of any other shape is
+    refused as `invalid_cursor`."""
+    position = keyset_position(cursor)
+    if position is None:
         return None, "", ""
-    since = parse_datetime(str(position[0]))
-    prefix, _, ident = str(position[1]).partition(":")
-    return since, prefix, ident
+    since, item = position
+    prefix, _, ident = item.partition(":") if isinstance(item, str) else ("", "", "")
+    if prefix == "task" and ident.isascii() and ident.isdigit() and int(ident) < 2**63:
+        return since, prefix, ident
+    if prefix == "run":
+        return since, prefix, str(uuid_or_invalid_cursor(ident))
+    raise invalid_cursor()
 
 
 def _sort_key(item: dict[str, Any]) -> tuple[str, str, int, str]:
@@ -87,8 +91,11 @@ def inbox_items(
         if agent:
             tasks = tasks.filter(run__agent_name=agent)
         if after_since is not None:
-            at = after_since + shift
-            same = Q(**{clock: at, "pk__gt": _int(after_id)}) if after_prefix == "task" else Q(**{clock: at})
+            try:
+                at = after_since + shift
+            except OverflowError:
+                raise invalid_cursor() from None
+            same = Q(**{clock: at, "pk__gt": int(after_id)}) if after_prefix == "task" else Q(**{clock: at})
             tasks = tasks.filter(Q(**{f"{clock}__gt": at}) | same)
         for task in tasks.order_by(clock, "pk")[: limit + 1]:
             items.append(_task_item(user, task, now, getattr(task, clock) - shift))
@@ -108,13 +115,6 @@ def inbox_items(
     page = items[:limit]
     next_cursor = encode_cursor([page[-1]["since"], page[-1]["id"]]) if more and page else None
     return {"items": page, "next": next_cursor}
-
-
-def _int(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        return 0
 
 
 def _task_item(user: Any, task: Task, now: datetime, since: datetime) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from runs.kernel.errors import InvalidRequest, NotFound
 from runs.models import Finding, Membership, TaskKind
-from runs.selectors import decode_cursor, encode_cursor
+from runs.selectors import encode_cursor, invalid_cursor, keyset_position
 
 KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 TERMS = ("finding", "agent", "version", "since", "until", "step", "step_kind", "workspace")
@@ -60,7 +60,10 @@ def parse_moment(name: str, value: str, *, end_of_day: bool) -> datetime:
         raise invalid(f"{name}:{value} is not a date (YYYY-MM-DD) or an ISO datetime")
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # an offset that carries the instant past year 1 or 9999
+        raise invalid(f"{name}:{value} is outside the years 1 to 9999") from None
 
 
 def parse_query(text: str | None) -> Query:
@@ -173,12 +176,12 @@ def search_page(
         workspaces = {pk: slug for pk, slug in workspaces.items() if slug in wanted}
     limit = max(1, min(limit, PAGE_MAX))
     rows = findings_matching(query, list(workspaces))
-    position = decode_cursor(cursor)
+    position = keyset_position(cursor)
     if position is not None:
-        after = parse_datetime(str(position[0])) if len(position) == 2 else None
-        if after is None or not isinstance(position[1], int):
-            raise InvalidRequest("invalid_cursor", "the cursor is not one this server gave")
-        rows = rows.filter(Q(created_at__lt=after) | Q(created_at=after, pk__lt=position[1]))
+        after, last_pk = position
+        if not isinstance(last_pk, int) or isinstance(last_pk, bool) or not 0 < last_pk < 2**63:
+            raise invalid_cursor()
+        rows = rows.filter(Q(created_at__lt=after) | Q(created_at=after, pk__lt=last_pk))
     page = list(rows.order_by("-created_at", "-pk")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]

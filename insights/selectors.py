@@ -90,6 +90,11 @@ def as_day(value: date | datetime | None) -> date | None:
     return value.astimezone(UTC).date() if timezone.is_aware(value) else value.date()
 
 
+def _days_before(day: date, days: int) -> date:
+    """`day` less `days` days, stopping at the first day there is (an `until:0001-01-05`)."""
+    return day - timedelta(days=min(days, (day - date.min).days))
+
+
 def _rate(failed: int, runs: int) -> float | None:
     return round(failed / runs, 4) if runs else None
 
@@ -145,9 +150,7 @@ def scorecard(
     trend_end = until_day or today
     # The trend is a window: the days since `since` (at most TREND_DAYS_MAX), else the last TREND_DAYS.
     trend_since = (
-        max(since_day, trend_end - timedelta(days=TREND_DAYS_MAX - 1))
-        if since_day
-        else trend_end - timedelta(days=TREND_DAYS - 1)
+        max(since_day, _days_before(trend_end, TREND_DAYS_MAX - 1)) if since_day else _days_before(trend_end, TREND_DAYS - 1)
     )
     results: dict[str, list[tuple[Any, ...]]] = {}
     with connection.cursor() as cursor:
@@ -244,6 +247,8 @@ def build_scorecard(
                 "by_kind": dict(sorted(counts.items())),
             }
         )
+        if day >= last_day:  # never step past date.max
+            break
         day += timedelta(days=1)
 
     return {

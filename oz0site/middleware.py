@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 # Only the app's own scripts and styles; htmx and the API docs' Swagger UI run from /static, never
 # inline. `connect-src 'self'` covers the console's own websocket (same host, ws: or wss:).
@@ -20,3 +20,20 @@ class ContentSecurityPolicyMiddleware:
         response = self.get_response(request)
         response.setdefault("Content-Security-Policy", CSP)
         return response
+
+
+class RefuseNulMiddleware:
+    """A NUL in the path or the query string reaches no view: PostgreSQL cannot hold one in a
+    text value, so a lookup by it would fail as a 500. The API answers its typed error."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        query = ((key, value) for key, values in request.GET.lists() for value in values)
+        if "\x00" in request.path or any("\x00" in key or "\x00" in value for key, value in query):
+            detail = "the path or the query string holds a NUL byte"
+            if request.path.startswith("/api/"):
+                return JsonResponse({"error": {"key": "nul_byte", "detail": detail}}, status=400)
+            return HttpResponseBadRequest(detail)
+        return self.get_response(request)

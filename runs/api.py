@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import Router
 
 from runs import kernel, selectors, waits
-from runs.kernel.errors import NotFound
+from runs.kernel.errors import InvalidRequest, NotFound
 from runs.kernel.validation import parse_body
 from runs.models import EffectRecord
 from runs.permissions import can_read_content
@@ -42,6 +42,16 @@ def body_of(request: HttpRequest) -> Any:
         cached = parse_body(request.body)
         request._oz0_body = cached  # type: ignore[attr-defined]
     return cached
+
+
+def body_fields(request: HttpRequest) -> dict[str, Any]:
+    """The request body as a JSON object; an empty body is `{}`, any other shape a typed 400."""
+    body = body_of(request)
+    if not body:
+        return {}
+    if not isinstance(body, dict):
+        raise InvalidRequest("invalid_request", "the body must be a JSON object")
+    return body
 
 
 def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
@@ -141,20 +151,20 @@ def approve(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
 
 @router.post("/runs/{run_id}/tasks/{key}/deny", response={200: RunOnly, **ERRORS}, summary="Deny a tool call (S5, S6)")
 def deny(request: HttpRequest, run_id: str, key: str, payload: ReasonIn | None = None) -> dict[str, Any]:
-    body = body_of(request) or {}
+    body = body_fields(request)
     return _verb(request, run_id, kernel.deny, key=key, reason=str(body.get("reason", "")))
 
 
 @router.post("/runs/{run_id}/tasks/{key}/answer", response={200: RunOnly, **ERRORS}, summary="Answer a model's question (S9)")
 def answer(request: HttpRequest, run_id: str, key: str, payload: ValueIn) -> dict[str, Any]:
-    return _verb(request, run_id, kernel.answer, key=key, value=(body_of(request) or {}).get("value"))
+    return _verb(request, run_id, kernel.answer, key=key, value=body_fields(request).get("value"))
 
 
 @router.post("/awaits", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token (S8, S32)")
 def resolve_await(request: HttpRequest, payload: ResolveIn) -> dict[str, Any]:
     """The token rides in the body, so access logs never hold it; resolving needs write standing
     in the await's workspace, as every write surface does."""
-    body = body_of(request) or {}
+    body = body_fields(request)
     run = kernel.resolve_await(token=body.get("token"), user=request.user, value=body.get("value"))
     return {"run": _document(request, run)}
 
@@ -164,13 +174,13 @@ def resolve_await(request: HttpRequest, payload: ResolveIn) -> dict[str, Any]:
 )
 def resolve_await_by_path(request: HttpRequest, token: str, payload: ValueIn) -> dict[str, Any]:
     """API.md's form; prefer POST /awaits with the token in the body, which stays out of access logs."""
-    run = kernel.resolve_await(token=token, user=request.user, value=(body_of(request) or {}).get("value"))
+    run = kernel.resolve_await(token=token, user=request.user, value=body_fields(request).get("value"))
     return {"run": _document(request, run)}
 
 
 @router.post("/runs/{run_id}/cancel", response={200: RunOnly, **ERRORS}, summary="Cancel a run")
 def cancel(request: HttpRequest, run_id: str, payload: ReasonIn | None = None) -> dict[str, Any]:
-    body = body_of(request) or {}
+    body = body_fields(request)
     return _verb(request, run_id, kernel.cancel_run, reason=str(body.get("reason", "")))
 
 

@@ -27,6 +27,9 @@ DESCRIPTION_MAX = 200
 KINDS_MAX = 32
 NAME_MAX = 100
 INSTRUCTIONS_MAX = 100_000
+MANIFEST_MAX_BYTES = 256 * 1024
+MAX_DEPTH = 32
+NODES_MAX = 20_000
 ON_FAILURE = ("propagate", "absorb", "halt")
 APPROVAL_MODES = ("bypass", "ask", "rules")
 DECISIONS = ("allow", "deny")
@@ -66,15 +69,110 @@ class InvalidManifest(Exception):
         self.linted = linted
 
 
+class _Refused(Exception):
+    """A manifest the loader stops reading at once: an alias, nesting too deep, too many values."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.problem = Problem(line, "manifest", message)
+
+
+# libyaml when the machine has it (about four times faster); the same events and marks either way.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+_NODES = (yaml.ScalarEvent, *_OPENS)
+
+
+def _check_events(text: str) -> None:
+    """Read the event stream once before anything is composed, refusing anchors and aliases (an
+    alias graph of a few hundred bytes expands to gigabytes when walked), nesting deeper than
+    MAX_DEPTH (the composer recurses) and more than NODES_MAX nodes (each costs time to build)."""
+    depth = nodes = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        line = event.start_mark.line + 1 if event.start_mark is not None else 1
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Refused(
+                line, "uses a YAML anchor or alias (`&name` / `*name`); manifests refuse them: write the value out in full"
+            )
+        if isinstance(event, _NODES):
+            nodes += 1
+            if nodes > NODES_MAX:
+                raise _Refused(line, f"holds more than {NODES_MAX:,} values")
+        if isinstance(event, _OPENS):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _Refused(line, f"nests deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, _CLOSES):
+            depth -= 1
+
+
+# The YAML types JSON holds; anything else (dates, binary, sets, custom tags) cannot be stored.
+_JSON_TAGS = {"tag:yaml.org,2002:" + name: name for name in ("str", "int", "float", "bool", "null", "seq", "map")}
+_TAG_WORDS = {"timestamp": "a date or time", "binary": "binary data", "set": "a set", "omap": "an ordered map", "pairs": "pairs"}
+_INT_DIGITS_MAX = 1000
+
+
+def _json_problems(root: yaml.Node) -> list[Problem]:
+    """Every value of the node graph that JSON (and so the row store) cannot hold, with its line."""
+    problems: list[Problem] = []
+    stack: list[yaml.Node] = [root]
+    while stack:
+        node = stack.pop()
+        line = node.start_mark.line + 1
+        tag = node.tag or ""
+        if tag not in _JSON_TAGS:
+            name = tag.rsplit(":", 1)[-1]
+            what = _TAG_WORDS.get(name, f"a `{tag}` value")
+            problems.append(Problem(line, "manifest", f"holds {what}, which JSON cannot hold: quote it to make it text"))
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            value = str(node.value)
+            if "\x00" in value:
+                problems.append(Problem(line, "manifest", "holds a NUL character, which the row store cannot hold"))
+            elif _JSON_TAGS[tag] == "float" and value.lower().lstrip("+-") in (".inf", ".nan"):
+                problems.append(Problem(line, "manifest", f"holds {value}, which is not a finite number"))
+            elif _JSON_TAGS[tag] == "int" and len(value) > _INT_DIGITS_MAX:
+                problems.append(
+                    Problem(line, "manifest", f"holds a number of {len(value):,} digits; at most {_INT_DIGITS_MAX:,}")
+                )
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in reversed(node.value):
+                stack.extend((value_node, key_node))
+    problems.sort(key=lambda problem: problem.line)
+    return problems
+
+
+class _Problems(Exception):
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(map(str, problems)))
+        self.problems = problems
+
+
+def _load(text: str) -> tuple[Any, yaml.Node | None]:
+    """The manifest's data and its node graph (for line numbers). Raises `_Refused`, `_Problems`
+    or YAMLError."""
+    _check_events(text)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        problems = _json_problems(node)
+        if problems:
+            raise _Problems(problems)
+        return loader.construct_document(node), node
+    finally:
+        loader.dispose()
+
+
 class _Lines:
     """Line numbers (1-based) of each mapping key and sequence item, by path."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, node: yaml.Node | None) -> None:
         self.lines: dict[tuple[Any, ...], int] = {}
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError:
-            node = None
         if node is not None:
             self._walk(node, ())
 
@@ -110,14 +208,21 @@ def lint(text: Any) -> Linted:
     """Validate a manifest's text; returns the normalized manifest (when valid), errors and warnings."""
     if not isinstance(text, str) or not text.strip():
         return Linted(None, [Problem(1, "manifest", "is empty: a manifest is a YAML mapping with at least `name` and `model`")])
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MANIFEST_MAX_BYTES:
+        return Linted(None, [Problem(1, "manifest", f"is {size:,} bytes; a manifest is at most {MANIFEST_MAX_BYTES:,}")])
     try:
-        data = yaml.safe_load(text)
+        data, node = _load(text)
+    except _Refused as refused:
+        return Linted(None, [refused.problem])
+    except _Problems as found:
+        return Linted(None, found.problems)
     except yaml.YAMLError as parse_error:
         mark = getattr(parse_error, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         problem = getattr(parse_error, "problem", None) or str(parse_error)
         return Linted(None, [Problem(line, "manifest", f"is not valid YAML: {problem}")])
-    lines = _Lines(text)
+    lines = _Lines(node)
     errors: list[Problem] = []
     warnings: list[Problem] = []
 
@@ -171,7 +276,7 @@ def lint(text: Any) -> Linted:
     elif len(instructions) > INSTRUCTIONS_MAX:
         error(("instructions",), "instructions", f"is {len(instructions)} characters; at most {INSTRUCTIONS_MAX}")
 
-    tools, on_failure = _lint_tools(data.get("tools", []), lines, errors)
+    tools, on_failure = _lint_tools(data.get("tools", []), lines, errors, warnings)
     declared = _lint_failures(data.get("failures", []), lines, errors)
     approval = _lint_approval(data.get("approval"), lines, errors)
 
@@ -217,7 +322,18 @@ def lint(text: Any) -> Linted:
     return Linted(manifest, errors, warnings)
 
 
-def _lint_tools(raw: Any, lines: _Lines, errors: list[Problem]) -> tuple[list[str], dict[str, str]]:
+def _known_unserved(name: str) -> str | None:
+    """Why no runner or later install can ever serve `name` on this server, or None when one may."""
+    from runs.tools import is_registered
+
+    if name.startswith("oz."):
+        return f"is not one of the platform's built-ins ({', '.join(BUILTIN_TOOLS)}); nothing else serves `oz.` tools"
+    if is_registered(name):  # registered yet not served here: only a test tool without OZ0_TEST_TOOLS
+        return "is a test tool, served only where OZ0_TEST_TOOLS=1"
+    return None
+
+
+def _lint_tools(raw: Any, lines: _Lines, errors: list[Problem], warnings: list[Problem]) -> tuple[list[str], dict[str, str]]:
     from runs.tools import get_tool
 
     tools: list[str] = []
@@ -258,8 +374,19 @@ def _lint_tools(raw: Any, lines: _Lines, errors: list[Problem]) -> tuple[list[st
             errors.append(Problem(lines.at("tools", index), where, f"lists {name!r} twice"))
             continue
         if name not in BUILTIN_TOOLS and get_tool(name) is None:
-            errors.append(Problem(lines.at("tools", index), where, f"names {name!r}, which is not an installed tool"))
-            continue
+            unserved = _known_unserved(name)
+            if unserved is not None:
+                errors.append(Problem(lines.at("tools", index), where, f"names {name!r}, which {unserved}"))
+                continue
+            # Not an error: a later install or a runner may serve it (the seed's `github.get_issue`).
+            warnings.append(
+                Problem(
+                    lines.at("tools", index),
+                    where,
+                    f"names {name!r}, which is not installed on this server yet; until a runner or an install"
+                    " serves it, the agent's calls to it fail",
+                )
+            )
         tools.append(name)
         if policy is not None:
             on_failure[name] = policy

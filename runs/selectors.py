@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from runs import failures
-from runs.kernel.errors import NotFound
+from runs.kernel.errors import InvalidRequest, NotFound
 from runs.kernel.graph import repair_candidates
 from runs.models import Membership, Run, Task, TraceEvent, Workspace
 from runs.permissions import can_read_content, role_of
@@ -194,17 +198,56 @@ def encode_cursor(values: Sequence[Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(list(values)).encode()).decode().rstrip("=")
 
 
+def invalid_cursor() -> InvalidRequest:
+    return InvalidRequest("invalid_cursor", "the cursor is not one this server gave")
+
+
 def decode_cursor(cursor: str | None) -> list[Any] | None:
     if not cursor:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         values = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (ValueError, json.JSONDecodeError):
-        from runs.kernel.errors import InvalidRequest
+    except (ValueError, RecursionError):
+        raise invalid_cursor() from None
+    if not isinstance(values, list):
+        raise invalid_cursor()
+    return values
 
-        raise InvalidRequest("invalid_cursor", "the cursor is not one this server gave") from None
-    return values if isinstance(values, list) else None
+
+def keyset_position(cursor: str | None) -> tuple[datetime, Any] | None:
+    """The (instant, id) a keyset cursor holds, or None for the first page.
+
+    Anything but a pair whose first member is a real ISO instant is refused as `invalid_cursor`
+    (a 400), whatever the caller then makes of the id; a naive instant is read as UTC.
+    """
+    values = decode_cursor(cursor)
+    if values is None:
+        return None
+    if len(values) != 2 or not isinstance(values[0], str):
+        raise invalid_cursor()
+    try:
+        moment = parse_datetime(values[0])
+    except ValueError:  # well formed but no such day, e.g. 2024-02-30
+        moment = None
+    if moment is None:
+        raise invalid_cursor()
+    if timezone.is_naive(moment):
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise invalid_cursor() from None
+    return moment, values[1]
+
+
+def uuid_or_invalid_cursor(value: Any) -> uuid.UUID:
+    if not isinstance(value, str):
+        raise invalid_cursor()
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise invalid_cursor() from None
 
 
 def runs_page(
@@ -222,13 +265,10 @@ def runs_page(
     if agent:
         runs = runs.filter(agent_name=agent)
     count = runs.count()
-    position = decode_cursor(cursor)
-    if position:
-        from django.db.models import Q
-        from django.utils.dateparse import parse_datetime
-
-        created = parse_datetime(str(position[0]))
-        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=position[1]))
+    position = keyset_position(cursor)
+    if position is not None:
+        created, last_id = position[0], uuid_or_invalid_cursor(position[1])
+        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=last_id))
     page = list(runs.order_by("-created_at", "-id")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]

@@ -82,6 +82,11 @@ def get_tool(name: str) -> Tool | None:
     return tool
 
 
+def is_registered(name: str) -> bool:
+    """Whether the registry knows `name`, served on this install or not (a test tool without OZ0_TEST_TOOLS)."""
+    return name in _REGISTRY
+
+
 def tool_names() -> list[str]:
     return sorted(name for name in _REGISTRY if get_tool(name) is not None)
 

@@ -1,7 +1,9 @@
 """Compile a create or append request into task rows, validated whole before anything is written.
 
 Every refusal is a typed `InvalidRequest` (S30, S31): unknown `after` keys, cycles,
-duplicate keys, the envelope caps, NUL bytes and exponent-form numbers.
+duplicate keys, the envelope caps, NUL bytes and exponent-form numbers. A number's form is
+judged on the text the client sent (`parse_body`), never on Python's `repr` of the float it
+became: `0.00001` is a plain decimal even though `repr(1e-05)` is not.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ MAX_STEPS_PER_REQUEST = 64
 MAX_FAN = 32
 MAX_READS = 33
 MAX_PAYLOAD_BYTES = 1024 * 1024
-MAX_ENTRIES = 32_768
+# The entry count is corruption protection, never a wall (S30): the smallest JSON entry takes
+# two bytes (`0,`), so no body under the byte cap can reach this count.
+MAX_ENTRIES = MAX_PAYLOAD_BYTES // 2
+# Deeper JSON than any tool's arguments need, and shallow enough for every recursive reader
+# downstream (Python's json, pydantic, PostgreSQL's jsonb parser).
+MAX_DEPTH = 100
+# An await's clock becomes a deadline (a datetime): a year and a day covers any real wait and
+# keeps the arithmetic far from datetime's and PostgreSQL's ends.
+MAX_AWAIT_TIMEOUT_S = 366 * 24 * 3600
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}$")
 KINDS = ("tool", "round", "await", "join", "delegate")
 POLICIES = ("propagate", "absorb", "halt")
@@ -50,9 +60,13 @@ class Compiled:
 
 
 def _reject_exponent(literal: str) -> float:
+    # The literal is the client's own text: `0.00001` passes though its float's repr is 1e-05.
     if "e" in literal or "E" in literal:
         raise InvalidRequest("exponent_number", f"the number {literal} is in exponent form, which the row store cannot hold")
-    return float(literal)
+    number = float(literal)
+    if not math.isfinite(number):
+        raise InvalidRequest("invalid_number", f"the number {literal[:40]}... is too large to hold")
+    return number
 
 
 def _reject_constant(name: str) -> float:
@@ -74,39 +88,60 @@ def parse_body(raw: bytes) -> Any:
         raise InvalidRequest(
             "invalid_json", f"the body is not JSON: {error.msg} at line {error.lineno} column {error.colno}"
         ) from None
+    except RecursionError:
+        raise InvalidRequest("too_deep", f"the body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:
+        # An integer of more digits than Python converts (4,300).
+        raise InvalidRequest("invalid_number", f"the body holds a number that cannot be read: {error}") from None
     check_storable(body)
     return body
 
 
 def check_storable(value: Any, path: str = "$") -> None:
-    """Refuse NUL bytes and non-finite numbers anywhere, and bodies with too many entries."""
+    """Refuse what the row store cannot hold: NUL bytes, unpaired surrogates, non-finite numbers,
+    nesting deeper than MAX_DEPTH, and more than MAX_ENTRIES entries.
+
+    Exponent-form numbers are judged where there is text to judge (`parse_body`); a float
+    computed in Python has no form, and PostgreSQL stores it whatever its repr.
+    """
     entries = 0
-    stack: list[tuple[Any, str]] = [(value, path)]
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
-        item, where = stack.pop()
+        item, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidRequest("too_deep", f"{_short(where)} nests deeper than {MAX_DEPTH} levels")
         if isinstance(item, str):
-            if "\x00" in item:
-                raise InvalidRequest("nul_byte", f"{where} holds a NUL byte, which the row store cannot hold")
+            _check_text(item, where)
         elif isinstance(item, bool) or item is None or isinstance(item, int):
             pass
         elif isinstance(item, float):
             if not math.isfinite(item):
-                raise InvalidRequest("invalid_number", f"{where} is not a finite number")
-            if "e" in repr(item):
-                raise InvalidRequest("exponent_number", f"{where} is a number in exponent form")
+                raise InvalidRequest("invalid_number", f"{_short(where)} is not a finite number")
         elif isinstance(item, Mapping):
             entries += len(item)
             for k, v in item.items():
-                if "\x00" in str(k):
-                    raise InvalidRequest("nul_byte", f"a key under {where} holds a NUL byte")
-                stack.append((v, f"{where}.{k}"))
+                _check_text(str(k), f"a key under {_short(where)}")
+                stack.append((v, f"{where}.{k}", depth + 1))
         elif isinstance(item, list | tuple):
             entries += len(item)
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
         else:
-            raise InvalidRequest("invalid_value", f"{where} is not a JSON value")
+            raise InvalidRequest("invalid_value", f"{_short(where)} is not a JSON value")
         if entries > MAX_ENTRIES:
             raise InvalidRequest("content_items_too_many", f"the body holds more than {MAX_ENTRIES} entries")
+
+
+def _short(where: str) -> str:
+    return where if len(where) <= 200 else f"{where[:100]}...{where[-100:]}"
+
+
+def _check_text(text: str, where: str) -> None:
+    if "\x00" in text:
+        raise InvalidRequest("nul_byte", f"{_short(where)} holds a NUL byte, which the row store cannot hold")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest("invalid_text", f"{_short(where)} holds an unpaired surrogate, which is not UTF-8") from None
 
 
 def _require(condition: bool, key: str, detail: str) -> None:
@@ -240,9 +275,10 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
         if raw.get("timeout_s") is not None:
             timeout = raw["timeout_s"]
             _require(
-                isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0,
+                isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout <= MAX_AWAIT_TIMEOUT_S,
                 "invalid_field",
-                f"{where}.timeout_s must be a positive number",
+                f"{where}.timeout_s must be a positive number of seconds, at most {MAX_AWAIT_TIMEOUT_S:,} (366 days);"
+                " leave it out for an await without a clock",
             )
             spec["timeout_s"] = timeout
         return spec

@@ -119,3 +119,59 @@ def test_it_exits_0_when_only_warnings_remain(tmp_path: Path) -> None:
     out = io.StringIO()
     call_command("plugin_lint", str(tmp_path), stdout=out, stderr=io.StringIO())
     assert ": warning: " in out.getvalue() and ": error: " not in out.getvalue()
+
+
+def test_it_warns_about_a_tool_not_installed_yet_and_exits_0(tmp_path: Path) -> None:
+    (tmp_path / "later.yaml").write_text("name: later\nmodel: script\ntools: [github.get_issue]\n")
+    out = io.StringIO()
+    call_command("plugin_lint", str(tmp_path), stdout=out, stderr=io.StringIO())
+    assert f"{tmp_path / 'later.yaml'}:3: warning: tools[0]: names 'github.get_issue'" in out.getvalue()
+    assert ": error: " not in out.getvalue()
+
+
+def test_it_prints_an_alias_bomb_as_one_error_with_its_line(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(
+        "name: bomb\nmodel: script\nscript:\n  a: &a [x, x, x, x, x, x, x, x, x]\n  b: [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+    )
+    out = io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("plugin_lint", str(bomb), stdout=out, stderr=io.StringIO())
+    assert out.getvalue().splitlines() == [
+        f"{bomb}:4: error: manifest: uses a YAML anchor or alias (`&name` / `*name`); manifests refuse them: write the value out in full"
+    ]
+
+
+NINE_LEVEL_BOMB = "name: bomb\nmodel: script\nscript:\n" + "".join(
+    f"  l{n}: &l{n} [" + ",".join([f"*l{n - 1}"] * 9 if n else ['"lol"'] * 9) + "]\n" for n in range(9)
+)
+
+
+@pytest.mark.parametrize("path", ["/agents/lint", "/agents"])
+def test_it_refuses_an_alias_bomb_at_each_api_door_typed_and_writes_nothing(team: Team, path: str) -> None:
+    before = AgentVersion.objects.count()
+    status, body = team.api().post(path, {"manifest": NINE_LEVEL_BOMB})
+    errors = body["errors"] if path.endswith("lint") else body["error"]["errors"]
+    assert status == (200 if path.endswith("lint") else 400), body
+    assert [(e["line"], e["field"]) for e in errors] == [(4, "manifest")] and "alias" in errors[0]["message"]
+    assert AgentVersion.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        "name: dated\nmodel: script\nscript: [{text: 2024-01-01}]\n",
+        "name: binary\nmodel: script\nscript: [{text: !!binary aGVsbG8=}]\n",
+        'name: nul\nmodel: script\ndescription: "a\\0b"\n',
+        "name: deep\nmodel: script\nscript: " + "[" * 3000 + "]" * 3000 + "\n",
+        "name: huge\nmodel: script\ninstructions: " + "x" * (300 * 1024) + "\n",
+    ],
+)
+def test_it_answers_400_never_500_for_manifests_json_cannot_hold(team: Team, manifest: str) -> None:
+    before = AgentVersion.objects.count()
+    status, body = team.api().post("/agents", {"manifest": manifest})
+    assert status == 400 and body["error"]["key"] == "invalid_manifest", body
+    assert body["error"]["errors"][0]["line"] >= 1
+    assert AgentVersion.objects.count() == before
+    status, body = team.api().post("/agents/lint", {"manifest": manifest})
+    assert status == 200 and body["errors"], body

@@ -125,7 +125,7 @@ def test_it_refuses_flags_that_are_not_booleans() -> None:
 
 
 def test_it_lists_every_error_at_once() -> None:
-    text = "name: Bad Name\ntools: [nope]\napproval: {mode: sometimes}\ncolour: blue\n"
+    text = "name: Bad Name\ntools: [oz.nope]\napproval: {mode: sometimes}\ncolour: blue\n"
     fields = {p.field for p in _errors(text)}
     assert fields == {"name", "model", "tools[0]", "approval.mode", "colour"}
 
@@ -182,3 +182,103 @@ def test_it_keeps_the_example_agents_lint_clean() -> None:
         found[path.name] = (linted.errors, linted.warnings)
     assert len(found) >= 2
     assert all(errors == [] and warnings == [] for errors, warnings in found.values()), found
+
+
+# ---- tools nobody serves yet (warnings) and tools nobody ever will (errors) ----
+
+
+@pytest.mark.spec("F8")
+def test_it_warns_rather_than_errs_about_a_tool_a_runner_may_serve_later() -> None:
+    linted = manifests.lint("name: tracker\nmodel: script\ntools:\n  - test.echo\n  - github.get_issue\n")
+    assert linted.errors == []
+    assert [(w.line, w.field) for w in linted.warnings] == [(5, "tools[1]")]
+    assert "github.get_issue" in linted.warnings[0].message and "runner" in linted.warnings[0].message
+    assert linted.manifest is not None and linted.manifest["tools"] == ["test.echo", "github.get_issue"]
+
+
+def test_it_registers_a_manifest_whose_tool_is_not_installed_yet_with_its_warning(db: Any) -> None:
+    registered = manifests.register("name: tracker-later\nmodel: script\ntools: [github.get_issue]\n")
+    assert registered.created and registered.version.manifest["tools"] == ["github.get_issue"]
+    assert [w.field for w in registered.warnings] == ["tools[0]"]
+
+
+def test_it_errs_about_a_tool_known_to_be_unserved(settings: Any) -> None:
+    problem = _one("name: a\nmodel: script\ntools: [oz.nope]\n")
+    assert (problem.line, problem.field) == (3, "tools[0]") and "built-ins" in problem.message
+    settings.OZ0_TEST_TOOLS = False
+    problem = _one("name: a\nmodel: script\ntools:\n  - clock.now\n  - test.echo\n")
+    assert (problem.line, problem.field) == (5, "tools[1]") and "OZ0_TEST_TOOLS" in problem.message
+
+
+# ---- what the YAML parser is allowed to cost, and what JSON can hold ----
+
+
+def _laughs(levels: int) -> str:
+    """The billion laughs: each level nine aliases of the one before (9**levels strings)."""
+    rows = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(1, levels):
+        rows.append(f"l{level}: &l{level} [" + ",".join([f"*l{level - 1}"] * 9) + "]")
+    return "name: bomb\nmodel: script\nscript:\n" + "".join(f"  {row}\n" for row in rows)
+
+
+def test_it_refuses_anchors_and_aliases_with_their_line() -> None:
+    text = "name: a\nmodel: script\nscript: &answers\n  - {text: hi}\ninstructions: *answers\n"
+    problem = _one(text)
+    assert (problem.line, problem.field) == (3, "manifest") and "anchor or alias" in problem.message
+
+
+def test_it_refuses_a_yaml_alias_bomb_before_expanding_it() -> None:
+    text = _laughs(9)
+    assert len(text.encode()) < 1000
+    problem = _one(text)
+    assert problem.line == 4 and "anchor or alias" in problem.message
+
+
+def test_it_refuses_a_manifest_over_256_kib() -> None:
+    text = "name: big\nmodel: script\ninstructions: |\n" + "  words words words\n" * (256 * 1024 // 20 + 1)
+    assert len(text.encode()) > 256 * 1024
+    problem = _one(text)
+    assert problem.line == 1 and "at most 262,144" in problem.message
+
+
+@pytest.mark.parametrize(
+    "value,line,words",
+    [
+        ("2024-01-01", 4, "a date or time"),
+        ("2024-01-01T10:00:00Z", 4, "a date or time"),
+        ("!!binary aGVsbG8=", 4, "binary data"),
+        ('"nul \\0 inside"', 4, "NUL"),
+        (".inf", 4, "not a finite number"),
+        ("!!set {a, b}", 4, "a set"),
+        ("!custom thing", 4, "`!custom`"),
+    ],
+)
+def test_it_refuses_yaml_values_json_cannot_hold_with_their_line(value: str, line: int, words: str) -> None:
+    text = f"name: a\nmodel: script\nscript:\n  - text: {value}\n"
+    problem = _one(text)
+    assert problem.line == line and words in problem.message, problem
+
+
+def test_it_refuses_more_values_than_a_manifest_needs_before_building_them() -> None:
+    text = "name: a\nmodel: script\nscript: [" + ",".join(["1"] * (manifests.NODES_MAX + 1)) + "]\n"
+    problem = _one(text)
+    assert problem.line == 3 and "more than 20,000 values" in problem.message
+
+
+def test_it_refuses_nesting_deeper_than_a_manifest_needs() -> None:
+    problem = _one("name: a\nmodel: script\nscript: " + "[" * 50 + "]" * 50 + "\n")
+    assert problem.line == 3 and "nests deeper than 32 levels" in problem.message
+    # Deeper still, the YAML parser itself says so first: a typed error all the same.
+    problem = _one("name: a\nmodel: script\nscript: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert problem.line == 3 and "nest" in problem.message
+
+
+def test_it_registers_nothing_for_yaml_json_cannot_hold(db: Any) -> None:
+    before = AgentVersion.objects.count()
+    for text in (
+        "name: dated\nmodel: script\nscript: [{text: 2024-01-01}]\n",
+        'name: nul\nmodel: script\ndescription: "a\\0b"\n',
+    ):
+        with pytest.raises(manifests.InvalidManifest):
+            manifests.register(text)
+    assert AgentVersion.objects.count() == before

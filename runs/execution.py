@@ -73,12 +73,23 @@ def execute_task(task_id: int, run_id: str | None = None) -> None:
     if claimed is None:
         return
     with Heartbeat(partial(kernel.heartbeat, claimed.task_id, claimed.claim), f"task {claimed.task_id}") as beat:
+        execute_claimed(claimed, beat.cancel)
+
+
+def execute_claimed(claimed: Claimed, cancel: threading.Event) -> None:
+    """Run a claimed call to its report. Whatever goes wrong on the way, the claim is never left
+    behind: an unexpected exception settles the call as failed with the key `error`, where an
+    abandoned claim would only be handed on by the lease sweep, again and again."""
+    try:
         if claimed.kind == "tool":
-            run_tool(claimed, beat.cancel)
+            run_tool(claimed, cancel)
         else:
             from runs.rounds import run_round
 
-            run_round(claimed, beat.cancel)
+            run_round(claimed, cancel)
+    except Exception as error:
+        log.exception("task %s (%s) failed in the worker", claimed.task_id, claimed.kind)
+        kernel.task_errored(claimed.task_id, claimed.claim, error)
 
 
 # How long one worker keeps running the quick calls its own chunks make ready, and how many

@@ -36,6 +36,8 @@ OVERLOAD_STATUSES = {503, 529}
 UNAVAILABLE_STATUSES = {401, 403, 404}
 RATE_LIMIT_FLOOR = 0.05
 RATE_LIMIT_CEILING = 60.0
+# The pause before another attempt after an overload or a transient failure, per failure seen.
+TRANSIENT_BACKOFF = 0.05
 
 
 class RoundOutcome(Exception):
@@ -120,7 +122,19 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
     if answer is not None and failure is None:
         _report_answer(claimed, task, state, answer, history, allowed, manifest, extra())
         return
-    assert failure is not None
+    if failure is None:
+        # The route's attempts were spent before this step began: the kernel renews them on a
+        # retry, so only a spent route gets here, and a spent route is never renewed (S26).
+        state["spent_routes"] = sorted({*spent, route})
+        kernel.task_fail(
+            claimed.task_id,
+            claimed.claim,
+            "model_route_spent",
+            f"the attempt budget of {route} is spent ({budget} attempts)",
+            extra=extra(),
+            state=state,
+        )
+        return
     _report_failure(claimed, task, state, failure, seen, routes, route, extra())
 
 
@@ -135,11 +149,11 @@ def _classify_attempt(attempt: AttemptFailed, seen: list[str], cancel: threading
         attempt.kind == "stream_error" and attempt.word == "overloaded_error"
     ):
         seen.append("overload")
-        cancel.wait(min(0.05 * len(seen), 1.0))
+        cancel.wait(min(TRANSIENT_BACKOFF * len(seen), 1.0))
         return "retry"
     if (attempt.kind == "http" and (attempt.http_status or 0) >= 500) or attempt.kind in ("transport", "stream_error"):
         seen.append("transient")
-        cancel.wait(min(0.05 * len(seen), 1.0))
+        cancel.wait(min(TRANSIENT_BACKOFF * len(seen), 1.0))
         return "retry"
     return "stop"
 
@@ -242,8 +256,16 @@ def _report_answer(
         # The next model step of this lineage starts with a fresh attempt budget.
         state["step_attempts"] = {}
         policies = dict(manifest.get("tool_on_failure", {})) if manifest else {}
+        timeouts = dict(manifest.get("tool_timeouts", {})) if manifest else {}
         outcomes.round_expand(
-            claimed.task_id, claimed.claim, calls, extra=extra, state=state, allowed_tools=allowed, tool_policies=policies
+            claimed.task_id,
+            claimed.claim,
+            calls,
+            extra=extra,
+            state=state,
+            allowed_tools=allowed,
+            tool_policies=policies,
+            tool_timeouts=timeouts,
         )
         return
     history.append({"role": "assistant", "content": answer.text or ""})

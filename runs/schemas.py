@@ -94,6 +94,8 @@ class Failure(Schema):
 class Attention(Schema):
     reason: str
     blocked_task_keys: list[str]
+    # The failure kinds a hold holds on (empty for a question, or a hold with no failure behind it).
+    kinds: list[str] = Field(default_factory=list)
 
 
 class TaskOut(Open):
@@ -104,6 +106,8 @@ class TaskOut(Open):
     on_failure: str
     attempt: int
     error: TaskError | None = None
+    # A failed, timed-out or uncertain task's failure: its kind and flags, its words when readable (F10, F11).
+    failure: Failure | None = None
     failure_resolution: str | None = None
     result: dict[str, Any] | None = None
 

@@ -47,6 +47,7 @@ def round_expand(
     state: Mapping[str, Any],
     allowed_tools: Sequence[str] | None,
     tool_policies: Mapping[str, str],
+    tool_timeouts: Mapping[str, float] | None = None,
 ) -> bool:
     """Author the model's tool calls as a fan of `<round>.<n>` tool tasks; the round waits on
     them and runs again with their results (its next round)."""
@@ -65,13 +66,16 @@ def round_expand(
         for call in calls:
             counter += 1
             name = str(call["tool"])
+            spec: dict[str, Any] = {"tool": name, "args": dict(call.get("args") or {})}
+            if (tool_timeouts or {}).get(name):
+                spec["timeout_s"] = tool_timeouts[name]  # type: ignore[index]
             specs.append(
                 TaskSpec(
                     key=f"{task.key}.{counter}",
                     kind="tool",
                     after=[],
                     on_failure=tool_policies.get(name, "absorb"),
-                    spec={"tool": name, "args": dict(call.get("args") or {})},
+                    spec=spec,
                     composed=True,
                     lineage=task.lineage,
                 )

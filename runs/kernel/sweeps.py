@@ -45,7 +45,7 @@ def _expire_claim(txn: _Txn, task: Task) -> None:
         )
     if replayable:
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True})
-        txn.move(task, TaskStatus.WAITING, claim=None, ready=False)
+        txn.move(task, TaskStatus.WAITING, claim=None, ready=False, deadline_at=None)
         _make_ready(txn, task)
     else:
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False})
@@ -80,23 +80,34 @@ def sweep_lost_messages(now: datetime | None = None, *, broker_queue_empty: bool
     return len(lost)
 
 
+CLOCKED = (TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED, TaskStatus.RUNNING)
+
+
 def sweep_clocks(now: datetime | None = None) -> int:
-    """Park clocks and await timeouts: each ends its task `timed_out` under its own policy."""
+    """Park clocks, await timeouts and tool deadlines: each ends its task `timed_out` under its own
+    policy. A tool call past its deadline is told to stop; whatever its holder reports later finds
+    the claim gone."""
     now = now or timezone.now()
-    due = list(
-        Task.objects.filter(
-            deadline_at__lte=now, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED)
-        ).values_list("pk", "run_id")
-    )
+    due = list(Task.objects.filter(deadline_at__lte=now, status__in=CLOCKED).values_list("pk", "run_id"))
     for task_id, run_id in due:
         with _locked(run_id, "clock") as txn:
             txn.now = now
             task = Task.objects.filter(pk=task_id, deadline_at__lte=now).first()
-            if task is None or task.status not in (TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED):
+            if task is None or task.status not in CLOCKED:
                 continue
             txn.remember([task])
-            key = "approval_expired" if task.status == TaskStatus.NEEDS_APPROVAL else "await_timeout"
-            detail = "nobody decided before the park clock ran out" if key == "approval_expired" else "nobody answered in time"
-            txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+            if task.kind == "tool" and task.status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED):
+                key, detail = "tool_timeout", "the call ran past its deadline"
+                Task.objects.filter(pk=task.pk).update(cancel_requested=True)
+                task.cancel_requested = True
+                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
+            elif task.status == TaskStatus.NEEDS_APPROVAL:
+                key, detail = "approval_expired", "nobody decided before the park clock ran out"
+                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+            elif task.kind == "await":
+                key, detail = "await_timeout", "nobody answered in time"
+                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+            else:
+                continue
             _after_failure(txn, task)
     return len(due)

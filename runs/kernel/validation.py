@@ -22,6 +22,8 @@ MAX_FAN = 32
 MAX_READS = 33
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_ENTRIES = 32_768
+# A deadline further out than this is no deadline (and would overflow the clock's arithmetic).
+MAX_TIMEOUT_SECONDS = 30 * 24 * 3600
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}$")
 KINDS = ("tool", "round", "await", "join", "delegate")
 POLICIES = ("propagate", "absorb", "halt")
@@ -208,7 +210,10 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
             raise InvalidRequest("unknown_tool", f"{where}: no tool named {name!r} is installed")
         args = raw.get("args", {})
         _require(isinstance(args, Mapping), "invalid_field", f"{where}.args must be an object")
-        return {"tool": name, "args": dict(args)}
+        tool_spec: dict[str, Any] = {"tool": name, "args": dict(args)}
+        if raw.get("timeout_s") is not None:
+            tool_spec["timeout_s"] = _timeout(raw["timeout_s"], where)
+        return tool_spec
     if kind == "round":
         model = _string(raw, "model", where, required=True)
         fallback = raw.get("fallback_models", [])
@@ -238,13 +243,7 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
         _require(isinstance(question, str), "invalid_field", f"{where}.question must be a string")
         spec = {"question": question}
         if raw.get("timeout_s") is not None:
-            timeout = raw["timeout_s"]
-            _require(
-                isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0,
-                "invalid_field",
-                f"{where}.timeout_s must be a positive number",
-            )
-            spec["timeout_s"] = timeout
+            spec["timeout_s"] = _timeout(raw["timeout_s"], where)
         return spec
     if kind == "join":
         mode = raw.get("mode", "all")
@@ -261,6 +260,15 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
             spec["quorum"] = quorum
         return spec
     raise InvalidRequest("invalid_kind", f"{where}: unknown kind {kind!r}")
+
+
+def _timeout(timeout: Any, where: str) -> float | int:
+    _require(
+        isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout <= MAX_TIMEOUT_SECONDS,
+        "invalid_field",
+        f"{where}.timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS} (30 days)",
+    )
+    return timeout
 
 
 def compile_approval(raw: Any, default_mode: str = "ask") -> dict[str, Any]:

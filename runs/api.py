@@ -21,6 +21,7 @@ from runs.schemas import (
     EffectCount,
     ErrorOut,
     ReasonIn,
+    ResolveIn,
     RunCreated,
     RunOnly,
     RunOut,
@@ -139,9 +140,14 @@ def answer(request: HttpRequest, run_id: str, key: str, payload: ValueIn) -> dic
     return _verb(request, run_id, kernel.answer, key=key, value=(body_of(request) or {}).get("value"))
 
 
-@router.post("/awaits/{token}", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token (S8)")
-def resolve_await(request: HttpRequest, token: str, payload: ValueIn) -> dict[str, Any]:
-    run = kernel.resolve_await(token=token, user=request.user, value=(body_of(request) or {}).get("value"))
+@router.post(
+    "/awaits/{token}",
+    response={200: RunOnly, **ERRORS},
+    summary="Resolve a client await with its token (S8): its value, or that what it waited on failed (await_failed)",
+)
+def resolve_await(request: HttpRequest, token: str, payload: ResolveIn) -> dict[str, Any]:
+    body = body_of(request) or {}
+    run = kernel.resolve_await(token=token, user=request.user, value=body.get("value"), error=body.get("error"))
     return {"run": _document(request, run)}
 
 

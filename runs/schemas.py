@@ -77,6 +77,12 @@ class ValueIn(Schema):
     value: Any = None
 
 
+class ResolveIn(Schema):
+    value: Any = None
+    # What the await waited on failed: the await fails with await_failed and these words.
+    error: str | None = None
+
+
 class TaskError(Schema):
     key: str | None
     detail: str | None = None

@@ -1225,6 +1225,11 @@ NOT_AUTO_RETRIED = frozenset(
         "provider_context_overflow",
         # A worker's unexpected exception is no model flake: a blind re-run would meet it again.
         "error",
+        # Neither is a request the route cannot take or the store cannot hold, nor a source that is gone.
+        "model_capability_unavailable",
+        "context_overflow",
+        "missing_input",
+        "input_source_unavailable",
     }
 )
 
@@ -1390,7 +1395,16 @@ def deny(*, run_id: Any, key: str, user: Any, reason: str) -> Run:
         if task.status != TaskStatus.NEEDS_APPROVAL:
             raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
         txn.event(task.key, "verb", data={"verb": "deny"})
-        txn.move(task, TaskStatus.FAILED, error=("approval_denied", reason or "denied"), finished_at=txn.now, deadline_at=None)
+        # The model reads a denied call in the approver's words, not the tool's (F14).
+        state = {**task.state, "denied_by": txn.actor}
+        txn.move(
+            task,
+            TaskStatus.FAILED,
+            error=("approval_denied", reason or "denied"),
+            finished_at=txn.now,
+            deadline_at=None,
+            state=state,
+        )
         _after_failure(txn, task)
         return txn.run
 
@@ -1407,9 +1421,20 @@ def answer(*, run_id: Any, key: str, user: Any, value: Any) -> Run:
         return txn.run
 
 
-def resolve_await(*, token: str, user: Any, value: Any) -> Run:
-    """Resolve a client-authored await with its bearer proof (S8)."""
+AWAIT_ERROR_MAX = 2000
+
+
+def resolve_await(*, token: str, user: Any, value: Any, error: Any = None) -> Run:
+    """Resolve a client-authored await with its bearer proof (S8): with its value, or, given an
+    `error`, fail it with `await_failed` under its own policy (what it waited on failed)."""
     check_storable(value)
+    if error is not None:
+        if not isinstance(error, str) or not error.strip():
+            raise InvalidRequest("invalid_field", "`error` must be a non-empty text saying what failed")
+        if value is not None:
+            raise InvalidRequest("invalid_request", "give the await a `value` or an `error`, not both")
+        if len(error) > AWAIT_ERROR_MAX:
+            raise InvalidRequest("invalid_field", f"`error` is {len(error)} characters; at most {AWAIT_ERROR_MAX}")
     run_id = Task.objects.filter(resolution_token=token).values_list("run_id", flat=True).first()
     if run_id is None:
         raise NotFound("await")
@@ -1418,6 +1443,10 @@ def resolve_await(*, token: str, user: Any, value: Any) -> Run:
         txn.remember([task])
         if task.status != TaskStatus.DISPATCHED:
             raise Conflict("not_pending", f"the await is {task.status}")
+        if error is not None:
+            txn.move(task, TaskStatus.FAILED, error=("await_failed", error), finished_at=txn.now, deadline_at=None)
+            _after_failure(txn, task)
+            return txn.run
         txn.move(task, TaskStatus.COMPLETED, result={"value": value}, finished_at=txn.now, deadline_at=None)
         _release(txn, [task.key])
         return txn.run

@@ -116,7 +116,14 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
             outcomes = [tool_outcome(call, beat.cancel) for call in claimed]
         # Quick calls this chunk made ready are run here next, for a while, rather than queued.
         take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
-        task_ids = kernel.report_batch(run_id, claim, outcomes, take=take)
+        try:
+            task_ids = kernel.report_batch(run_id, claim, outcomes, take=take)
+        except Exception as error:
+            # As for a single call: no claim is left behind for the lease sweep to hand on forever.
+            log.exception("a batch of %d quick calls could not be reported", len(claimed))
+            for call in claimed:
+                kernel.task_errored(call.task_id, claim, error)
+            return
 
 
 def tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:

@@ -52,6 +52,8 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
         _run_summarizer(claimed, task, run, cancel)
         return
     state = dict(claimed.state)
+    # This worker reports whatever happens, so the workers lost before it stop counting.
+    state.pop("expired_claims", None)
     manifest = run.agent_version.manifest if run.agent_version_id else {}  # type: ignore[union-attr]
     try:
         history = _history(task, run, state, manifest)

@@ -14,6 +14,9 @@ from django.utils import timezone
 from runs.kernel.transitions import KERNEL_EXECUTED, _after_failure, _locked, _make_ready, _send, _Txn
 from runs.models import RunStatus, Task, TaskStatus
 
+# A replayable call whose claim expired this many times in a row fails instead of being handed on.
+MAX_EXPIRED_CLAIMS = 3
+
 
 def sweep_expired_claims(now: datetime | None = None) -> int:
     """A running call whose claimant stopped heartbeating: a replayable one is queued again,
@@ -43,9 +46,25 @@ def _expire_claim(txn: _Txn, task: Task) -> None:
         replayable = (
             bool(tool and tool.replayable) if tool and not tool.runner else bool(task.spec.get("args", {}).get("replayable"))
         )
-    if replayable:
-        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True})
-        txn.move(task, TaskStatus.WAITING, claim=None, ready=False, deadline_at=None)
+    expired = int(task.state.get("expired_claims", 0)) + 1
+    state = {**task.state, "expired_claims": expired}
+    if replayable and expired >= MAX_EXPIRED_CLAIMS:
+        # Its workers keep dying during this call (a crash, an out-of-memory kill): handing it on
+        # again would loop forever, so it fails for a person to look at.
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False, "expired": expired})
+        txn.move(
+            task,
+            TaskStatus.FAILED,
+            error=("error", f"the worker stopped during this call {expired} times"),
+            claim=None,
+            finished_at=txn.now,
+            deadline_at=None,
+            state=state,
+        )
+        _after_failure(txn, task)
+    elif replayable:
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True, "expired": expired})
+        txn.move(task, TaskStatus.WAITING, claim=None, ready=False, deadline_at=None, state=state)
         _make_ready(txn, task)
     else:
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False})

@@ -1335,7 +1335,7 @@ def retry(*, run_id: Any, key: str, user: Any) -> Run:
             error_key=None,
             error_detail=None,
             finished_at=None,
-            state=_renewed_attempts(task.state) if task.kind in ("round", "summarizer") else task.state,
+            state=_renewed_attempts(task.state) if task.kind in ("round", "summarizer") else _renewed(task.state),
         )
         revived = list(Task.objects.filter(run=txn.run, status=TaskStatus.SKIPPED, skipped_by=task.key))
         if revived:
@@ -1591,7 +1591,12 @@ def arm_compaction_in(txn: _Txn, task: Task, fields: dict[str, Any]) -> bool:
 def _renewed_attempts(state: Mapping[str, Any]) -> dict[str, Any]:
     """A round run again (a retry, an automatic re-run, a compaction) starts its step with a fresh
     attempt budget on every route that is not spent; a spent route stays spent (S26, S28)."""
-    return {**state, "step_attempts": {}}
+    return {**_renewed(state), "step_attempts": {}}
+
+
+def _renewed(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A task run again starts with no lost workers counted against it."""
+    return {k: v for k, v in state.items() if k != "expired_claims"}
 
 
 def _route_refusal(task: Task) -> str | None:

@@ -181,3 +181,52 @@ def test_it_settles_a_round_whose_worker_meets_an_unexpected_exception(
     from runs import failures
 
     assert failures.kind_for_error_key(r1.error_key) == "error"
+
+
+def test_it_settles_a_tool_whose_report_meets_an_unexpected_exception(
+    team: Team, instant_waits: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> bool:
+        raise RuntimeError("the report could not be written")
+
+    monkeypatch.setattr(kernel, "task_complete", broken)
+    run, _ = kernel.create_run(
+        workspace=team.workspace,
+        user=team.users["operator"],
+        body={"tasks": [{"key": "s", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 0}, "on_failure": "halt"}]},
+    )
+    run = drive(run)
+    s = task(run, "s")
+    assert (s.status, s.error_key, s.claim) == ("failed", "error", None)
+    assert "RuntimeError" in (s.error_detail or "")
+    assert run.status == "needs_attention"
+
+
+def test_it_fails_a_call_whose_workers_keep_dying_instead_of_handing_it_on_forever(team: Team) -> None:
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from runs.kernel.sweeps import MAX_EXPIRED_CLAIMS, sweep_expired_claims
+
+    run, _ = kernel.create_run(
+        workspace=team.workspace,
+        user=team.users["operator"],
+        body={"tasks": [{"key": "r1", "kind": "round", "model": "script", "prompt": "go", "script": [ANSWERS["200"]]}]},
+    )
+    later = timezone.now()
+    for lost in range(1, MAX_EXPIRED_CLAIMS + 1):
+        r1 = task(run, "r1")
+        assert (r1.status, r1.ready) == ("waiting", True), lost
+        assert kernel.claim_task(r1.pk, f"worker-{lost}") is not None
+        later += timedelta(seconds=settings.OZ0_LEASE_SECONDS + 1)
+        sweep_expired_claims(later)
+    r1 = task(run, "r1")
+    assert (r1.status, r1.error_key, r1.claim) == ("failed", "error", None)
+    assert f"{MAX_EXPIRED_CLAIMS} times" in (r1.error_detail or "")
+    # A person's retry starts the count again, and a worker that reports ends the run.
+    kernel.retry(run_id=run.pk, key="r1", user=team.users["operator"])
+    assert "expired_claims" not in task(run, "r1").state
+    run = drive(run)
+    assert run.status == "completed"

@@ -154,6 +154,7 @@ def _hold_item(user: Any, run: Run, now: datetime) -> dict[str, Any]:
         "waited_seconds": max(0, int((now - since).total_seconds())),
         "reason": attention.get("reason"),
         "blocked_task_keys": attention.get("blocked_task_keys", []),
+        "kinds": attention.get("kinds", []),
     }
 
 

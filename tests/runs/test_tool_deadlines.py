@@ -91,7 +91,7 @@ def test_it_takes_a_model_composed_calls_deadline_from_the_manifest(team: Team) 
 
     name = f"waiter-{uuid.uuid4().hex[:8]}"
     register(
-        f"name: {name}\nmodel: script\ntools:\n  - name: test.sleep\n    timeout_s: 7\n  - test.echo\n"
+        f"name: {name}\nmodel: script\ninstructions: Sleep, then echo.\ntools:\n  - name: test.sleep\n    timeout_s: 7\n  - test.echo\n"
         "script:\n  - tool_calls:\n      - tool: test.sleep\n        args: {seconds: 60}\n      - tool: test.echo\n"
         "  - text: done\n"
     )

@@ -154,6 +154,7 @@ def _hold_item(user: Any, run: Run, now: datetime) -> dict[str, Any]:
         "waited_seconds": max(0, int((now - since).total_seconds())),
         "reason": attention.get("reason"),
         "blocked_task_keys": attention.get("blocked_task_keys", []),
+        "kinds": attention.get("kinds", []),
     }
 
 
@@ -230,6 +231,7 @@ def hold_document(user: Any, run: Run, failed_tasks: list[Task], candidates: lis
         "status": run.status,
         "reason": attention.get("reason"),
         "blocked_task_keys": attention.get("blocked_task_keys", []),
+        "kinds": attention.get("kinds", []),
         "since": since,
         "waited_seconds": max(0, int((now - since).total_seconds())),
         "content_visible": content,
@@ -239,8 +241,7 @@ def hold_document(user: Any, run: Run, failed_tasks: list[Task], candidates: lis
 
 
 def failed_task_document(task: Task, content: bool, candidate: bool) -> dict[str, Any]:
-    kind = failures.kind_for_error_key(task.error_key)
-    flags = failures.PLATFORM_KINDS[kind]
+    failure = failures.task_failure(task.status, task.error_key, task.error_detail, content=content) or {}
     return {
         "key": task.key,
         "task_kind": task.kind,
@@ -248,11 +249,13 @@ def failed_task_document(task: Task, content: bool, candidate: bool) -> dict[str
         "on_failure": task.on_failure,
         "attempt": task.attempt,
         "error": task_error(task, content),
+        "failure": failure,
         "failure_resolution": task.failure_resolution,
-        "kind": kind,
-        "retryable": flags.retryable,
-        "partial": flags.partial,
-        "person": flags.person,
+        "kind": failure.get("kind"),
+        "retryable": failure.get("retryable"),
+        "partial": failure.get("partial"),
+        "person": failure.get("person"),
+        "declared": failure.get("declared"),
         "candidate": candidate,
         "compactable": candidate and task.kind == "round",
     }

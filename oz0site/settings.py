@@ -182,6 +182,10 @@ OZ0_HEARTBEAT_SECONDS = env.float("OZ0_HEARTBEAT_SECONDS", default=1.0)
 OZ0_REQUEUE_SECONDS = env.float("OZ0_REQUEUE_SECONDS", default=15.0)
 OZ0_APPROVAL_PARK_SECONDS = env.float("OZ0_APPROVAL_PARK_SECONDS", default=24 * 3600)
 OZ0_PROVIDER_ATTEMPTS = env.int("OZ0_PROVIDER_ATTEMPTS", default=3)
+# A tool call's deadline from its claim when neither the task nor the agent's manifest gives one.
+OZ0_TOOL_TIMEOUT_SECONDS = env.float("OZ0_TOOL_TIMEOUT_SECONDS", default=15 * 60)
+# How long a runner tool's call waits when no live executor serves it, before it fails tool_not_served.
+OZ0_UNSERVED_SECONDS = env.float("OZ0_UNSERVED_SECONDS", default=60.0)
 # Quick tools' ready calls go to workers in chunks of at most this many...
 OZ0_QUICK_BATCH = env.int("OZ0_QUICK_BATCH", default=16)
 # ...split into at least this many chunks when there are enough, so every worker gets a share.

@@ -20,6 +20,7 @@ from runs.schemas import (
     EffectCount,
     ErrorOut,
     ReasonIn,
+    AwaitOutcomeIn,
     ResolveIn,
     RunCreated,
     RunOnly,
@@ -163,18 +164,20 @@ def answer(request: HttpRequest, run_id: str, key: str, payload: ValueIn) -> dic
 @router.post("/awaits", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token (S8, S32)")
 def resolve_await(request: HttpRequest, payload: ResolveIn) -> dict[str, Any]:
     """The token rides in the body, so access logs never hold it; resolving needs write standing
-    in the await's workspace, as every write surface does."""
+    in the await's workspace, as every write surface does. The body gives the await its `value`,
+    or says what it waited on failed (`error`: await_failed)."""
     body = body_fields(request)
-    run = kernel.resolve_await(token=body.get("token"), user=request.user, value=body.get("value"))
+    run = kernel.resolve_await(token=body.get("token"), user=request.user, value=body.get("value"), error=body.get("error"))
     return {"run": _document(request, run)}
 
 
 @router.post(
     "/awaits/{token}", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token in the path (S8)"
 )
-def resolve_await_by_path(request: HttpRequest, token: str, payload: ValueIn) -> dict[str, Any]:
+def resolve_await_by_path(request: HttpRequest, token: str, payload: AwaitOutcomeIn) -> dict[str, Any]:
     """API.md's form; prefer POST /awaits with the token in the body, which stays out of access logs."""
-    run = kernel.resolve_await(token=token, user=request.user, value=body_fields(request).get("value"))
+    body = body_fields(request)
+    run = kernel.resolve_await(token=token, user=request.user, value=body.get("value"), error=body.get("error"))
     return {"run": _document(request, run)}
 
 

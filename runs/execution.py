@@ -73,12 +73,23 @@ def execute_task(task_id: int, run_id: str | None = None) -> None:
     if claimed is None:
         return
     with Heartbeat(partial(kernel.heartbeat, claimed.task_id, claimed.claim), f"task {claimed.task_id}") as beat:
+        execute_claimed(claimed, beat.cancel)
+
+
+def execute_claimed(claimed: Claimed, cancel: threading.Event) -> None:
+    """Run a claimed call to its report. Whatever goes wrong on the way, the claim is never left
+    behind: an unexpected exception settles the call as failed with the key `error`, where an
+    abandoned claim would only be handed on by the lease sweep, again and again."""
+    try:
         if claimed.kind == "tool":
-            run_tool(claimed, beat.cancel)
+            run_tool(claimed, cancel)
         else:
             from runs.rounds import run_round
 
-            run_round(claimed, beat.cancel)
+            run_round(claimed, cancel)
+    except Exception as error:
+        log.exception("task %s (%s) failed in the worker", claimed.task_id, claimed.kind)
+        kernel.task_errored(claimed.task_id, claimed.claim, error)
 
 
 # How long one worker keeps running the quick calls its own chunks make ready, and how many
@@ -105,7 +116,14 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
             outcomes = [tool_outcome(call, beat.cancel) for call in claimed]
         # Quick calls this chunk made ready are run here next, for a while, rather than queued.
         take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
-        task_ids = kernel.report_batch(run_id, claim, outcomes, take=take)
+        try:
+            task_ids = kernel.report_batch(run_id, claim, outcomes, take=take)
+        except Exception as error:
+            # As for a single call: no claim is left behind for the lease sweep to hand on forever.
+            log.exception("a batch of %d quick calls could not be reported", len(claimed))
+            for call in claimed:
+                kernel.task_errored(call.task_id, claim, error)
+            return
 
 
 def tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:

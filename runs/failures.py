@@ -5,6 +5,7 @@ SPEC.md's decision tables live here and nowhere else (F1, F9, F10).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +122,8 @@ ERROR_KEYS: dict[str, str] = {
     "tool_not_served": "No executor serves the tool",
 }
 
+FAILED_TASK_STATUSES = frozenset({"failed", "timed_out", "uncertain"})
+
 # The platform's own texts, which stay readable for everyone (F11).
 PLATFORM_TEXTS = frozenset({"canceled", "terminated", "timed out"})
 
@@ -150,6 +153,20 @@ def declared_failure(declaration: dict[str, Any], message: str | None) -> dict[s
         "message": message,
         "declared": True,
     }
+
+
+def task_failure(status: str, error_key: str | None, detail: str | None, *, content: bool) -> dict[str, Any] | None:
+    """A failed, timed-out or uncertain task's failure: its error key's kind with the kind's flags,
+    and its detail as the message for a reader the content is open to (F10, F11). Every surface
+    that shows a task's failure (the API, the console, the inbox, holds) reads it from here."""
+    if status not in FAILED_TASK_STATUSES:
+        return None
+    return platform_failure(kind_for_error_key(error_key), detail if content else None)
+
+
+def kinds_of(error_keys: Iterable[str | None]) -> list[str]:
+    """The distinct kinds of some error keys, in their order: what a hold holds on."""
+    return list(dict.fromkeys(kind_for_error_key(key) for key in error_keys))
 
 
 def fixed_sentence(kind: str) -> str:

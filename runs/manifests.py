@@ -276,7 +276,7 @@ def lint(text: Any) -> Linted:
     elif len(instructions) > INSTRUCTIONS_MAX:
         error(("instructions",), "instructions", f"is {len(instructions)} characters; at most {INSTRUCTIONS_MAX}")
 
-    tools, on_failure = _lint_tools(data.get("tools", []), lines, errors, warnings)
+    tools, on_failure, timeouts = _lint_tools(data.get("tools", []), lines, errors, warnings)
     declared = _lint_failures(data.get("failures", []), lines, errors)
     approval = _lint_approval(data.get("approval"), lines, errors)
 
@@ -315,6 +315,8 @@ def lint(text: Any) -> Linted:
         "failures": declared,
         "approval": approval,
     }
+    if timeouts:
+        manifest["tool_timeouts"] = timeouts
     if isinstance(data.get("description"), str):
         manifest["description"] = data["description"]
     if "script" in data:
@@ -333,29 +335,49 @@ def _known_unserved(name: str) -> str | None:
     return None
 
 
-def _lint_tools(raw: Any, lines: _Lines, errors: list[Problem], warnings: list[Problem]) -> tuple[list[str], dict[str, str]]:
+def _lint_tools(
+    raw: Any, lines: _Lines, errors: list[Problem], warnings: list[Problem]
+) -> tuple[list[str], dict[str, str], dict[str, float]]:
+    from runs.kernel.validation import MAX_TIMEOUT_SECONDS
     from runs.tools import get_tool
 
     tools: list[str] = []
     on_failure: dict[str, str] = {}
+    timeouts: dict[str, float] = {}
     if raw is None:
-        return tools, on_failure
+        return tools, on_failure, timeouts
     if not isinstance(raw, list):
-        errors.append(Problem(lines.at("tools"), "tools", "must be a list of tool names, or of {name, on_failure} items"))
-        return tools, on_failure
+        errors.append(
+            Problem(lines.at("tools"), "tools", "must be a list of tool names, or of {name, on_failure, timeout_s} items")
+        )
+        return tools, on_failure, timeouts
     for index, item in enumerate(raw):
         where = f"tools[{index}]"
         policy = None
+        timeout = None
         if isinstance(item, Mapping):
-            unknown = set(item) - {"name", "on_failure"}
+            unknown = set(item) - {"name", "on_failure", "timeout_s"}
             if unknown:
                 errors.append(
                     Problem(
                         lines.at("tools", index),
                         where,
-                        f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}; a tool item holds `name` and `on_failure`",
+                        f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+                        "a tool item holds `name`, `on_failure` and `timeout_s`",
                     )
                 )
+            timeout = item.get("timeout_s")
+            if timeout is not None and (
+                not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT_SECONDS
+            ):
+                errors.append(
+                    Problem(
+                        lines.at("tools", index, "timeout_s"),
+                        f"{where}.timeout_s",
+                        f"must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS:,} (366 days)",
+                    )
+                )
+                timeout = None
             name = item.get("name")
             policy = item.get("on_failure")
             if policy is not None and policy not in ON_FAILURE:
@@ -390,7 +412,9 @@ def _lint_tools(raw: Any, lines: _Lines, errors: list[Problem], warnings: list[P
         tools.append(name)
         if policy is not None:
             on_failure[name] = policy
-    return tools, on_failure
+        if timeout is not None:
+            timeouts[name] = float(timeout)
+    return tools, on_failure, timeouts
 
 
 def _lint_failures(raw: Any, lines: _Lines, errors: list[Problem]) -> list[dict[str, Any]]:

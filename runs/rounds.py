@@ -26,6 +26,7 @@ from django.conf import settings
 from runs import kernel
 from runs.kernel import rounds as outcomes
 from runs.kernel.transitions import Claimed
+from runs.kernel.validation import MAX_PAYLOAD_BYTES
 from runs.models import Run, Task
 from runs.providers import AttemptFailed, ProviderAnswer, ProviderRequest, get_provider
 from runs.tools import get_tool, tool_names
@@ -36,6 +37,8 @@ OVERLOAD_STATUSES = {503, 529}
 UNAVAILABLE_STATUSES = {401, 403, 404}
 RATE_LIMIT_FLOOR = 0.05
 RATE_LIMIT_CEILING = 60.0
+# The pause before another attempt after an overload or a transient failure, per failure seen.
+TRANSIENT_BACKOFF = 0.05
 
 
 class RoundOutcome(Exception):
@@ -49,8 +52,14 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
         _run_summarizer(claimed, task, run, cancel)
         return
     state = dict(claimed.state)
+    # This worker reports whatever happens, so the workers lost before it stop counting.
+    state.pop("expired_claims", None)
     manifest = run.agent_version.manifest if run.agent_version_id else {}  # type: ignore[union-attr]
-    history = _history(task, run, state, manifest)
+    try:
+        history = _history(task, run, state, manifest)
+    except SourceGone as gone:
+        kernel.task_fail(claimed.task_id, claimed.claim, "input_source_unavailable", str(gone), state=state)
+        return
     state["history"] = history
     routes = [task.spec["model"], *task.spec.get("fallback_models", [])]
     route = state.get("route") or routes[0]
@@ -78,6 +87,13 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
     def extra() -> dict[str, Any]:
         return {"usage": usage, "route": route, "provider_calls": calls_log}
 
+    tool_calls = _offers_tool_calls(route)
+    offered = [_tool_schema(name) for name in (allowed if allowed is not None else tool_names())] if tool_calls else []
+    refusal = _request_refusal(history, system, offered, allowed, tool_calls, route)
+    if refusal is not None:
+        kernel.task_fail(claimed.task_id, claimed.claim, *refusal, state=state)
+        return
+
     while step_attempts.get(route, 0) < budget:
         if cancel.is_set():
             kernel.task_stopped(claimed.task_id, claimed.claim)
@@ -88,7 +104,7 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
             model=route.split(":", 1)[-1],
             system=system,
             messages=history,
-            tools=[_tool_schema(name) for name in (allowed if allowed is not None else tool_names())],
+            tools=offered,
             call_index=cursors.get(cursor_key, 0),
             script=task.spec.get("script"),
         )
@@ -120,8 +136,60 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
     if answer is not None and failure is None:
         _report_answer(claimed, task, state, answer, history, allowed, manifest, extra())
         return
-    assert failure is not None
+    if failure is None:
+        # The route's attempts were spent before this step began: the kernel renews them on a
+        # retry, so only a spent route gets here, and a spent route is never renewed (S26).
+        state["spent_routes"] = sorted({*spent, route})
+        kernel.task_fail(
+            claimed.task_id,
+            claimed.claim,
+            "model_route_spent",
+            f"the attempt budget of {route} is spent ({budget} attempts)",
+            extra=extra(),
+            state=state,
+        )
+        return
     _report_failure(claimed, task, state, failure, seen, routes, route, extra())
+
+
+class SourceGone(Exception):
+    """A task the round reads (a call it authored, an answer it asked for) is no longer there."""
+
+
+def _offers_tool_calls(route: str) -> bool:
+    try:
+        return bool(getattr(get_provider(route), "tool_calls", True))
+    except Exception:  # an unknown or broken provider: the attempts classify it
+        return True
+
+
+def _request_refusal(
+    history: list[dict[str, Any]],
+    system: str,
+    tools: list[dict[str, Any]],
+    allowed: list[str] | None,
+    tool_calls: bool,
+    route: str,
+) -> tuple[str, str] | None:
+    """What makes the step's request unaskable before any provider sees it (S22): nothing to ask,
+    declared tools on a lane without tool calls, or a request over the storage bound."""
+    last = history[-1] if history else {}
+    if len(history) == 1 and not str(last.get("content") or "").strip() and not system.strip():
+        return "missing_input", "the round has nothing to ask: no prompt, no input and no instructions"
+    if last.get("role") == "assistant":
+        return "missing_input", "the conversation's last word would be the assistant's own"
+    if allowed and not tool_calls:
+        return (
+            "model_capability_unavailable",
+            f"the round declares tools ({', '.join(allowed)}) but {route} offers no tool calls",
+        )
+    size = len(json.dumps({"system": system, "messages": history, "tools": tools}, sort_keys=True).encode())
+    if size > MAX_PAYLOAD_BYTES:
+        return (
+            "context_overflow",
+            f"the composed request is {size} bytes; the storage bound is {MAX_PAYLOAD_BYTES} (compact the round)",
+        )
+    return None
 
 
 def _classify_attempt(attempt: AttemptFailed, seen: list[str], cancel: threading.Event) -> str:
@@ -135,11 +203,11 @@ def _classify_attempt(attempt: AttemptFailed, seen: list[str], cancel: threading
         attempt.kind == "stream_error" and attempt.word == "overloaded_error"
     ):
         seen.append("overload")
-        cancel.wait(min(0.05 * len(seen), 1.0))
+        cancel.wait(min(TRANSIENT_BACKOFF * len(seen), 1.0))
         return "retry"
     if (attempt.kind == "http" and (attempt.http_status or 0) >= 500) or attempt.kind in ("transport", "stream_error"):
         seen.append("transient")
-        cancel.wait(min(0.05 * len(seen), 1.0))
+        cancel.wait(min(TRANSIENT_BACKOFF * len(seen), 1.0))
         return "retry"
     return "stop"
 
@@ -215,7 +283,8 @@ def _report_answer(
     calls = list(answer.tool_calls)
     for call in calls:
         if isinstance(call, Mapping) and call.get("tool") == "oz.fail":
-            args = call.get("args") or {}
+            args = call.get("args")
+            args = args if isinstance(args, Mapping) else {}
             oz_fail = {"kind": args.get("kind"), "message": args.get("message")}
     if oz_fail is not None:
         history.append({"role": "assistant", "oz_fail": oz_fail})
@@ -242,8 +311,16 @@ def _report_answer(
         # The next model step of this lineage starts with a fresh attempt budget.
         state["step_attempts"] = {}
         policies = dict(manifest.get("tool_on_failure", {})) if manifest else {}
+        timeouts = dict(manifest.get("tool_timeouts", {})) if manifest else {}
         outcomes.round_expand(
-            claimed.task_id, claimed.claim, calls, extra=extra, state=state, allowed_tools=allowed, tool_policies=policies
+            claimed.task_id,
+            claimed.claim,
+            calls,
+            extra=extra,
+            state=state,
+            allowed_tools=allowed,
+            tool_policies=policies,
+            tool_timeouts=timeouts,
         )
         return
     history.append({"role": "assistant", "content": answer.text or ""})
@@ -263,8 +340,9 @@ def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str,
                 if prompt
                 else json.dumps(run.input, sort_keys=True)
             )
-        # The APIs refuse an empty first turn; a run with neither prompt nor input still starts.
-        history.append({"role": "user", "content": prompt or "Begin."})
+        # The APIs refuse an empty first turn: an agent's instructions with no input start with a nudge;
+        # a round with no words at all has nothing to ask (missing_input).
+        history.append({"role": "user", "content": prompt or ("Begin." if manifest and manifest.get("instructions") else "")})
     folded = set(state.get("folded", []))
     authored = [k for k in task.after if k.startswith(f"{task.key}.") and k not in folded]
     if authored:
@@ -272,7 +350,7 @@ def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str,
         for key in authored:
             source = rows.get(key)
             if source is None:
-                continue
+                raise SourceGone(f"{key}, which the round reads, is gone")
             if source.kind == "summarizer":
                 summary = (source.result or {}).get("value")
                 history = [history[0], {"role": "user", "content": f"Summary of the conversation so far:\n{summary}"}]
@@ -298,19 +376,15 @@ def _tool_message(source: Task) -> dict[str, Any]:
         }
     from runs import failures
 
-    kind = failures.kind_for_error_key(source.error_key)
-    flags = failures.PLATFORM_KINDS[kind]
+    failure = failures.task_failure(source.status, source.error_key, source.error_detail, content=True) or (
+        failures.platform_failure("error", source.error_detail)
+    )
     label = {
         "failed": True,
         "status": source.status,
-        "kind": kind,
-        "retryable": flags.retryable,
-        "partial": flags.partial,
-        "person": flags.person,
-        "declared": False,
+        **failure,
         "error": source.error_key,
-        "message": source.error_detail,
-        "words_of": f"the tool {source.spec.get('tool')}",
+        "words_of": _words_of(source),
     }
     return {
         "role": "tool",
@@ -319,6 +393,16 @@ def _tool_message(source: Task) -> dict[str, Any]:
         "ok": False,
         "content": json.dumps(label, sort_keys=True),
     }
+
+
+def _words_of(source: Task) -> str:
+    """Whose words a failed call's message is (F14): a denial is the approver's, not the tool's."""
+    if source.error_key == "approval_denied":
+        approver = source.state.get("denied_by")
+        return f"the approver {approver}" if approver else "the approval rules"
+    if source.error_key in ("tool_timeout", "tool_not_served", "executor_revoked", "tool_uncertain", "run_canceled"):
+        return "oz0"
+    return f"the tool {source.spec.get('tool')}"
 
 
 def _as_text(value: Any) -> str:
@@ -409,7 +493,12 @@ def _call_entry(
 def _run_summarizer(claimed: Claimed, task: Task, run: Run, cancel: threading.Event) -> None:
     """Summarize the round's history so the round can run again under the length bound."""
     of = Task.objects.filter(run=run, key=task.spec.get("of")).first()
-    history = list((of.state if of else {}).get("history", []))
+    if of is None:
+        kernel.task_fail(
+            claimed.task_id, claimed.claim, "input_source_unavailable", f"{task.spec.get('of')}, the round to summarize, is gone"
+        )
+        return
+    history = list(of.state.get("history", []))
     route = str(task.spec.get("model") or "script")
     if route.startswith("script"):
         summary = f"{len(history)} earlier messages, compacted."

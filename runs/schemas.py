@@ -78,10 +78,18 @@ class ValueIn(Schema):
 
 
 class ResolveIn(Schema):
-    """A client await's bearer proof in the body, where access logs do not keep it."""
+    """A client await's bearer proof in the body, where access logs do not keep it: its value, or
+    that what it waited on failed (`error`: the await fails with await_failed and these words)."""
 
     token: str
     value: Any = None
+    error: str | None = None
+
+
+class AwaitOutcomeIn(Schema):
+    value: Any = None
+    # What the await waited on failed: the await fails with await_failed and these words.
+    error: str | None = None
 
 
 class TaskError(Schema):
@@ -101,6 +109,8 @@ class Failure(Schema):
 class Attention(Schema):
     reason: str
     blocked_task_keys: list[str]
+    # The failure kinds a hold holds on (empty for a question, or a hold with no failure behind it).
+    kinds: list[str] = Field(default_factory=list)
 
 
 class TaskOut(Open):
@@ -111,6 +121,8 @@ class TaskOut(Open):
     on_failure: str
     attempt: int
     error: TaskError | None = None
+    # A failed, timed-out or uncertain task's failure: its kind and flags, its words when readable (F10, F11).
+    failure: Failure | None = None
     failure_resolution: str | None = None
     result: dict[str, Any] | None = None
 

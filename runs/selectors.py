@@ -55,6 +55,8 @@ STRUCTURAL_DATA_KEYS = frozenset(
         "deliverable",
         "messages",
         "finish",
+        "kinds",
+        "exception",
     }
 )
 
@@ -103,6 +105,7 @@ def task_document(task: Task, content: bool) -> dict[str, Any]:
         "lineage": task.lineage,
         "composed": task.composed,
         "error": task_error(task, content),
+        "failure": failures.task_failure(task.status, task.error_key, task.error_detail, content=content),
         "failure_resolution": task.failure_resolution,
         "result": result,
     }

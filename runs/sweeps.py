@@ -49,3 +49,9 @@ def run_all() -> None:
         pass
     except Exception:
         log.exception("the executor lease sweep failed")
+    try:
+        from runs.kernel import executors as kernel_executors
+
+        kernel_executors.sweep_unserved_calls()
+    except Exception:
+        log.exception("the unserved-call sweep failed")

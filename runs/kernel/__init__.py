@@ -33,6 +33,7 @@ from runs.kernel.transitions import (
     resume_run,
     retry,
     task_complete,
+    task_errored,
     task_fail,
     task_stopped,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "resume_run",
     "retry",
     "task_complete",
+    "task_errored",
     "task_fail",
     "task_stopped",
 ]

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from runs.kernel.transitions import _after_failure, _locked, _Txn
-from runs.models import RunStatus, Task, TaskStatus
+from runs.kernel.transitions import _after_failure, _locked, _Txn, tool_deadline
+from runs.models import Executor, Membership, Role, RunStatus, Task, TaskStatus
 
 CLAIMABLE_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION)
 CLAIM_PREFIX = "executor:"
@@ -95,7 +95,12 @@ def claim_call(
                 continue
             attempt = task.attempt + 1
             taken = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__isnull=True).update(
-                claim=claim, heartbeat_at=txn.now, attempt=attempt, started_at=txn.now, cancel_requested=False
+                claim=claim,
+                heartbeat_at=txn.now,
+                attempt=attempt,
+                started_at=txn.now,
+                cancel_requested=False,
+                deadline_at=tool_deadline(task.spec, txn.now),
             )
             if taken != 1:
                 continue
@@ -153,7 +158,9 @@ def _lose_lease(txn: _Txn, task: Task, reason: str) -> None:
         )
         return
     if _replayable(task):
-        Task.objects.filter(pk=task.pk, status=TaskStatus.DISPATCHED, claim=task.claim).update(claim=None, heartbeat_at=None)
+        Task.objects.filter(pk=task.pk, status=TaskStatus.DISPATCHED, claim=task.claim).update(
+            claim=None, heartbeat_at=None, deadline_at=None, queued_at=txn.now
+        )
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True, "reason": reason})
         task.claim = None
         return
@@ -234,6 +241,66 @@ def revoke_calls(
                 task,
                 TaskStatus.FAILED,
                 error=("executor_revoked", "the executor this call was addressed to was removed before it claimed the call"),
+                finished_at=txn.now,
+            )
+            _after_failure(txn, task)
+            failed += 1
+    return failed
+
+
+def sweep_unserved_calls(now: datetime | None = None) -> int:
+    """Advertised runner calls nobody serves: a call that has waited OZ0_UNSERVED_SECONDS with no live
+    executor able to claim it (one that serves its tool for its workspace, or the one it is addressed
+    to, seen within that time) fails `tool_not_served` under its own policy. Returns how many failed."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=float(settings.OZ0_UNSERVED_SECONDS))
+    waiting = list(
+        Task.objects.filter(kind="tool", status=TaskStatus.DISPATCHED, claim__isnull=True, queued_at__lt=cutoff)
+        .order_by("queued_at")
+        .values_list("pk", "run_id", "run__workspace_id", "run__private", "run__created_by_id", "spec")
+    )
+    if not waiting:
+        return 0
+    live = list(
+        Executor.objects.filter(revoked=False, last_heartbeat_at__gte=cutoff).values_list(
+            "pk", "owner_id", "workspace_id", "tools"
+        )
+    )
+    operated: dict[int, set[int]] = {}
+    for user_id, workspace_id in Membership.objects.filter(
+        user_id__in={owner for _, owner, _, _ in live}, role=Role.OPERATOR
+    ).values_list("user_id", "workspace_id"):
+        operated.setdefault(user_id, set()).add(workspace_id)
+
+    def served(workspace_id: int, creator_only: Any, spec: dict[str, Any]) -> bool:
+        """The claim rule of `claim_call`: tool, scope, operator standing, address, and a private
+        run's calls for its creator's executors only."""
+        target = (spec.get("args") or {}).get("executor")
+        return any(
+            spec.get("tool") in tools
+            and (scope is None or scope == workspace_id)
+            and workspace_id in operated.get(owner, set())
+            and (not target or str(target) == str(executor_id))
+            and (creator_only is None or owner == creator_only)
+            for executor_id, owner, scope, tools in live
+        )
+
+    failed = 0
+    for task_id, run_id, workspace_id, private, creator_id, spec in waiting:
+        if served(workspace_id, creator_id if private else None, spec):
+            continue
+        with _locked(run_id, "sweep") as txn:
+            task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__isnull=True, queued_at__lt=cutoff).first()
+            if task is None or txn.run.status == RunStatus.CANCELING:
+                continue
+            txn.remember([task])
+            txn.move(
+                task,
+                TaskStatus.FAILED,
+                error=(
+                    "tool_not_served",
+                    f"no live executor served {spec.get('tool')!r} for {settings.OZ0_UNSERVED_SECONDS:g} s",
+                ),
                 finished_at=txn.now,
             )
             _after_failure(txn, task)

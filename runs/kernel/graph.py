@@ -31,11 +31,16 @@ def source_state(status: str, on_failure: str, failure_resolution: str | None) -
     if status in ("skipped", "canceled"):
         return "bad"
     if status in FAILED_STATUSES:
-        if failure_resolution == "absorbed" or on_failure == "absorb":
+        if failure_resolution == "absorbed":
+            return "ok"
+        if status == "uncertain" and failure_resolution is None:
+            # Its effect may have happened: a person decides, whatever the policy (S10).
+            return "pending"
+        if on_failure == "absorb":
             return "ok"
         if failure_resolution == "abandoned":
             return "bad"
-        if status == "uncertain" or on_failure == "halt":
+        if on_failure == "halt":
             # A person decides: the dependents wait, the run holds at quiescence.
             return "pending"
         return "bad"
@@ -138,8 +143,8 @@ def consumers_of(tasks: Mapping[str, TraceTask]) -> dict[str, list[str]]:
 
 def repair_candidates(events: Iterable[Mapping[str, Any]]) -> list[str]:
     """The keys retry and abandon accept, computed from the trace by the kernel's rule (S15, S16):
-    status in {failed, timed_out, uncertain}, no failure_resolution, on_failure not absorb,
-    and not a halt loser of a settled race."""
+    status in {failed, timed_out, uncertain}, no failure_resolution, on_failure not absorb (an
+    uncertain call waits for a person whatever its policy, S10), and not a halt loser of a settled race."""
     tasks = replay(events)
     consumers = consumers_of(tasks)
     return [
@@ -147,9 +152,14 @@ def repair_candidates(events: Iterable[Mapping[str, Any]]) -> list[str]:
         for task in tasks.values()
         if task.status in FAILED_STATUSES
         and task.failure_resolution is None
-        and task.on_failure != "absorb"
-        and not (task.on_failure == "halt" and race_absorbed(task.key, tasks, consumers))
+        and (task.on_failure != "absorb" or task.status == "uncertain")
+        and not (holds_for_a_person(task.status, task.on_failure) and race_absorbed(task.key, tasks, consumers))
     ]
+
+
+def holds_for_a_person(status: str, on_failure: str) -> bool:
+    """A failure its dependents wait on until a person decides: a halt, or an uncertain call (S10, S13)."""
+    return on_failure == "halt" or status == "uncertain"
 
 
 def find_cycle(tasks: Sequence[Mapping[str, Any]]) -> list[str] | None:

@@ -47,6 +47,7 @@ def round_expand(
     state: Mapping[str, Any],
     allowed_tools: Sequence[str] | None,
     tool_policies: Mapping[str, str],
+    tool_timeouts: Mapping[str, float] | None = None,
 ) -> bool:
     """Author the model's tool calls as a fan of `<round>.<n>` tool tasks; the round waits on
     them and runs again with their results (its next round)."""
@@ -58,6 +59,7 @@ def round_expand(
         refusal = _fan_refusal(calls, allowed_tools)
         if refusal is not None:
             key, detail = refusal
+            fields["state"] = _without_refused_turn(fields["state"])
             _fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {**fields, "finished_at": txn.now})
             return True
         counter = int(state.get("authored", 0))
@@ -65,13 +67,16 @@ def round_expand(
         for call in calls:
             counter += 1
             name = str(call["tool"])
+            spec: dict[str, Any] = {"tool": name, "args": dict(call.get("args") or {})}
+            if (tool_timeouts or {}).get(name):
+                spec["timeout_s"] = tool_timeouts[name]  # type: ignore[index]
             specs.append(
                 TaskSpec(
                     key=f"{task.key}.{counter}",
                     kind="tool",
                     after=[],
                     on_failure=tool_policies.get(name, "absorb"),
-                    spec={"tool": name, "args": dict(call.get("args") or {})},
+                    spec=spec,
                     composed=True,
                     lineage=task.lineage,
                 )
@@ -79,6 +84,15 @@ def round_expand(
         fields["state"] = {**fields["state"], "authored": counter}
         _wait_on(txn, task, specs, fields)
         return True
+
+
+def _without_refused_turn(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A refused answer is not the conversation's last word: a re-run of the step asks the model
+    again from where it stood, never from the assistant's own turn (missing_input)."""
+    history = list(state.get("history", []))
+    if history and history[-1].get("role") == "assistant":
+        history.pop()
+    return {**state, "history": history}
 
 
 def _fan_refusal(calls: Sequence[Mapping[str, Any]], allowed: Sequence[str] | None) -> tuple[str, str] | None:
@@ -143,13 +157,12 @@ def round_oz_fail(
             "claim": None,
             "finished_at": txn.now,
         }
-        if not isinstance(message, str) or len(message) > OZ_FAIL_MESSAGE_MAX or not isinstance(kind, str):
-            detail = (
-                f"oz.fail's message is {len(message)} characters; the cap is {OZ_FAIL_MESSAGE_MAX}"
-                if isinstance(message, str)
-                else "oz.fail needs a kind and a message"
-            )
-            _fail_claimed(txn, task, TaskStatus.FAILED, "round_expansion_refused", detail, fields)
+        refusal = _oz_fail_refusal(kind, message)
+        if refusal is not None:
+            # The call cannot be read as oz.fail at all: the round fails rather than end the run
+            # with a kind the agent never named (F6), and a person sees why.
+            fields["state"] = _without_refused_turn(fields["state"])
+            _fail_claimed(txn, task, TaskStatus.FAILED, "round_expansion_refused", refusal, fields)
             return True
         declarations = {d["kind"]: d for d in _manifest(txn.run).get("failures", [])}
         if kind in declarations:
@@ -160,6 +173,16 @@ def round_oz_fail(
         txn.move(task, TaskStatus.COMPLETED, **fields)
         fail_run(txn, failure, message, task)
         return True
+
+
+def _oz_fail_refusal(kind: Any, message: Any) -> str | None:
+    if not isinstance(kind, str) or not kind.strip():
+        return "oz.fail was called without a kind (a string naming one of the agent's declared kinds)"
+    if not isinstance(message, str):
+        return "oz.fail was called without a message (the agent's own words, a string)"
+    if len(message) > OZ_FAIL_MESSAGE_MAX:
+        return f"oz.fail's message is {len(message)} characters; the cap is {OZ_FAIL_MESSAGE_MAX}"
+    return None
 
 
 def round_switch(

@@ -14,6 +14,9 @@ from django.utils import timezone
 from runs.kernel.transitions import KERNEL_EXECUTED, _after_failure, _locked, _make_ready, _send, _Txn
 from runs.models import RunStatus, Task, TaskStatus
 
+# A replayable call whose claim expired this many times in a row fails instead of being handed on.
+MAX_EXPIRED_CLAIMS = 3
+
 
 def sweep_expired_claims(now: datetime | None = None) -> int:
     """A running call whose claimant stopped heartbeating: a replayable one is queued again,
@@ -43,9 +46,25 @@ def _expire_claim(txn: _Txn, task: Task) -> None:
         replayable = (
             bool(tool and tool.replayable) if tool and not tool.runner else bool(task.spec.get("args", {}).get("replayable"))
         )
-    if replayable:
-        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True})
-        txn.move(task, TaskStatus.WAITING, claim=None, ready=False)
+    expired = int(task.state.get("expired_claims", 0)) + 1
+    state = {**task.state, "expired_claims": expired}
+    if replayable and expired >= MAX_EXPIRED_CLAIMS:
+        # Its workers keep dying during this call (a crash, an out-of-memory kill): handing it on
+        # again would loop forever, so it fails for a person to look at.
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False, "expired": expired})
+        txn.move(
+            task,
+            TaskStatus.FAILED,
+            error=("error", f"the worker stopped during this call {expired} times"),
+            claim=None,
+            finished_at=txn.now,
+            deadline_at=None,
+            state=state,
+        )
+        _after_failure(txn, task)
+    elif replayable:
+        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True, "expired": expired})
+        txn.move(task, TaskStatus.WAITING, claim=None, ready=False, deadline_at=None, state=state)
         _make_ready(txn, task)
     else:
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False})
@@ -80,23 +99,34 @@ def sweep_lost_messages(now: datetime | None = None, *, broker_queue_empty: bool
     return len(lost)
 
 
+CLOCKED = (TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED, TaskStatus.RUNNING)
+
+
 def sweep_clocks(now: datetime | None = None) -> int:
-    """Park clocks and await timeouts: each ends its task `timed_out` under its own policy."""
+    """Park clocks, await timeouts and tool deadlines: each ends its task `timed_out` under its own
+    policy. A tool call past its deadline is told to stop; whatever its holder reports later finds
+    the claim gone."""
     now = now or timezone.now()
-    due = list(
-        Task.objects.filter(
-            deadline_at__lte=now, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED)
-        ).values_list("pk", "run_id")
-    )
+    due = list(Task.objects.filter(deadline_at__lte=now, status__in=CLOCKED).values_list("pk", "run_id"))
     for task_id, run_id in due:
         with _locked(run_id, "clock") as txn:
             txn.now = now
             task = Task.objects.filter(pk=task_id, deadline_at__lte=now).first()
-            if task is None or task.status not in (TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISPATCHED):
+            if task is None or task.status not in CLOCKED:
                 continue
             txn.remember([task])
-            key = "approval_expired" if task.status == TaskStatus.NEEDS_APPROVAL else "await_timeout"
-            detail = "nobody decided before the park clock ran out" if key == "approval_expired" else "nobody answered in time"
-            txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+            if task.kind == "tool" and task.status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED):
+                key, detail = "tool_timeout", "the call ran past its deadline"
+                Task.objects.filter(pk=task.pk).update(cancel_requested=True)
+                task.cancel_requested = True
+                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
+            elif task.status == TaskStatus.NEEDS_APPROVAL:
+                key, detail = "approval_expired", "nobody decided before the park clock ran out"
+                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+            elif task.kind == "await":
+                key, detail = "await_timeout", "nobody answered in time"
+                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+            else:
+                continue
             _after_failure(txn, task)
     return len(due)

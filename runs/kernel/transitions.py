@@ -710,11 +710,12 @@ def _complete_join(txn: _Txn, task: Task) -> None:
 def _cancel_losers(txn: _Txn, join: Task) -> None:
     """A settled any|quorum join cancels its unfinished sources nobody else needs (S16),
     and absorbs halt losers whose every consumer the race has settled."""
+    # A key is looked at again whenever the race cancels one of its consumers: a loser examined
+    # before its other consumer was canceled in the same pass is absorbed once that cancel lands.
+    # Each task is canceled at most once, so the walk ends.
     pending = list(join.after)
-    seen: set[str] = set()
     while pending:
-        keys = [k for k in pending if k not in seen]
-        seen.update(keys)
+        keys = list(dict.fromkeys(pending))
         pending = []
         sources = txn.tasks_by_key(keys)
         consumer_rows = Edge.objects.filter(run=txn.run, source__in=keys).values_list("source", "consumer__key")
@@ -730,7 +731,11 @@ def _cancel_losers(txn: _Txn, join: Task) -> None:
             if source.status == TaskStatus.WAITING or source.status in LIVE:
                 _cancel_task(txn, source, "join_loser_canceled", f"join {join.key!r} had its answer")
                 pending.extend(source.after)
-            elif source.status in FAILED and source.failure_resolution is None and source.on_failure == "halt":
+            elif (
+                source.status in FAILED
+                and source.failure_resolution is None
+                and graph.holds_for_a_person(source.status, source.on_failure)
+            ):
                 txn.resolve(source, "absorbed", by=join.key)
 
 
@@ -758,14 +763,28 @@ def _busy(run: Run) -> bool:
     return Task.objects.filter(run=run).filter(Q(status__in=LIVE) | Q(status=TaskStatus.WAITING, ready=True)).exists()
 
 
-def _pending_failure_keys(run: Run) -> list[str]:
+def _pending_failures(run: Run) -> list[tuple[str, str | None]]:
+    """The unresolved failures that hold the run, in graph order: (key, error key)."""
     rows = (
         Task.objects.filter(run=run, status__in=FAILED, failure_resolution__isnull=True)
-        .exclude(on_failure="absorb")
+        .filter(~Q(on_failure="absorb") | Q(status=TaskStatus.UNCERTAIN))
         .order_by("position")
-        .values_list("key", "status", "on_failure", "failure_resolution")
+        .values_list("key", "status", "on_failure", "failure_resolution", "error_key")
     )
-    return [key for key, status, policy, resolution in rows if graph.is_pending_failure(status, policy, resolution)]
+    return [
+        (key, error_key)
+        for key, status, policy, resolution, error_key in rows
+        if graph.is_pending_failure(status, policy, resolution)
+    ]
+
+
+def _halt_stamp(pending: list[tuple[str, str | None]]) -> dict[str, Any]:
+    """The attention of a run held on failures: which tasks, and the kinds they failed with."""
+    return {
+        "reason": "halt_failure",
+        "blocked_task_keys": [key for key, _ in pending],
+        "kinds": failures.kinds_of(error_key for _, error_key in pending),
+    }
 
 
 def _settle_run(txn: _Txn) -> None:
@@ -783,9 +802,9 @@ def _settle_run(txn: _Txn) -> None:
         if run.status == RunStatus.NEEDS_ATTENTION:
             _release_hold(txn)
         return
-    pending = _pending_failure_keys(run)
+    pending = _pending_failures(run)
     if pending:
-        _hold(txn, "halt_failure", pending)
+        _hold(txn, _halt_stamp(pending))
         return
     deliverable = Task.objects.filter(run=run, key=run.deliverable).first()
     if deliverable is not None and deliverable.status == TaskStatus.COMPLETED:
@@ -793,23 +812,61 @@ def _settle_run(txn: _Txn) -> None:
         txn.set_run(output=output, attention=None, held_since=None, finished_at=txn.now, announcements=[])
         txn.move_run(RunStatus.COMPLETED)
         return
-    _hold(txn, "deliverable_unresolved", [run.deliverable])
+    cause = _failure_behind(txn, deliverable)
+    _hold(
+        txn,
+        {
+            "reason": "deliverable_unresolved",
+            "blocked_task_keys": [run.deliverable],
+            "kinds": failures.kinds_of([cause.error_key]) if cause is not None else [],
+        },
+    )
 
 
-def _hold(txn: _Txn, reason: str, keys: list[str]) -> None:
+def _failure_behind(txn: _Txn, task: Task | None) -> Task | None:
+    """The failed task that left `task` unresolved: itself, or the failure its skip came from."""
+    if task is None:
+        return None
+    if task.status in FAILED:
+        return task
+    if task.status == TaskStatus.SKIPPED and task.skipped_by:
+        cause = txn.tasks_by_key([task.skipped_by]).get(task.skipped_by)
+        if cause is not None and cause.status in FAILED:
+            return cause
+    return None
+
+
+def _hold(txn: _Txn, attention: dict[str, Any]) -> None:
+    """Rest the run on a person (S13, S18). A hold on a failure carries that failure, as a cancel
+    would (F1): the first blocked task's kind and flags, with its error's words as the message."""
     run = txn.run
-    attention = {"reason": reason, "blocked_task_keys": keys}
     if run.attention != attention:
         txn.set_run(attention=attention)
         txn.event(None, "attention", data=attention)
     if run.held_since is None:
         txn.set_run(held_since=txn.now)
+    failure, step = _hold_failure(txn, attention)
+    if run.failure != failure:
+        txn.set_run(failure=failure)
     txn.move_run(RunStatus.NEEDS_ATTENTION)
     txn.restamp = False
+    if failure is not None:
+        _record_finding(txn, failure, step)
+
+
+def _hold_failure(txn: _Txn, attention: Mapping[str, Any]) -> tuple[dict[str, Any] | None, Task | None]:
+    keys = attention.get("blocked_task_keys") or []
+    if not keys:
+        return None, None
+    blocked = txn.tasks_by_key([keys[0]]).get(keys[0])
+    cause = _failure_behind(txn, blocked)
+    if cause is None:
+        return None, None
+    return failures.platform_failure(failures.kind_for_error_key(cause.error_key), cause.error_detail), cause
 
 
 def _release_hold(txn: _Txn) -> None:
-    txn.set_run(held_since=None)
+    txn.set_run(held_since=None, failure=None)
     txn.move_run(RunStatus.RUNNING)
     txn.restamp = True
 
@@ -827,15 +884,15 @@ def _restamp(txn: _Txn) -> None:
         .order_by("position")
         .values_list("key", flat=True)
     )
-    pending = _pending_failure_keys(run)
+    pending = _pending_failures(run)
     current = (run.attention or {}).get("reason")
     stamp: dict[str, Any] | None
     if current == "halt_failure" and pending:
-        stamp = {"reason": "halt_failure", "blocked_task_keys": pending}
+        stamp = _halt_stamp(pending)
     elif current == "awaiting_human" and asks:
         stamp = {"reason": "awaiting_human", "blocked_task_keys": asks}
     elif pending:
-        stamp = {"reason": "halt_failure", "blocked_task_keys": pending}
+        stamp = _halt_stamp(pending)
     elif asks:
         stamp = {"reason": "awaiting_human", "blocked_task_keys": asks}
     else:
@@ -868,8 +925,16 @@ def _finish_canceled(txn: _Txn) -> None:
     run = txn.run
     txn.set_run(finished_at=txn.now, announcements=[], held_since=None)
     txn.move_run(RunStatus.CANCELED)
-    failure = run.failure or failures.platform_failure("cancelled", None)
-    step = txn.finding_step
+    _record_finding(txn, run.failure or failures.platform_failure("cancelled", None), txn.finding_step)
+
+
+def _record_finding(txn: _Txn, failure: Mapping[str, Any], step: Task | None) -> None:
+    """Count the run as failed, by kind, once (F18): when it first holds on a failure, or when it
+    ends canceled having never held on one. A later hold or the cancel of a counted run adds
+    nothing, so the rollups the triggers keep count runs, not episodes; repairs count apart."""
+    run = txn.run
+    if Finding.objects.filter(run_id=run.id).exists():
+        return
     Finding.objects.create(
         run_id=run.id,
         workspace_id=run.workspace_id,
@@ -891,6 +956,13 @@ def _finish_canceled(txn: _Txn) -> None:
 # =====================================================================
 # worker-side: claim, heartbeat, report
 # =====================================================================
+
+
+def tool_deadline(spec: Mapping[str, Any], now: datetime) -> datetime:
+    """When a claimed tool call times out: its own `timeout_s` (the task's, or its agent's manifest's
+    for a model-composed call), else OZ0_TOOL_TIMEOUT_SECONDS."""
+    seconds = spec.get("timeout_s") or settings.OZ0_TOOL_TIMEOUT_SECONDS
+    return now + timedelta(seconds=float(seconds))
 
 
 @dataclass(frozen=True)
@@ -927,6 +999,7 @@ def claim_task(task_id: int, claim: str, run_id: Any = None) -> Claimed | None:
             started_at=txn.now,
             attempt=task.attempt + 1,
             cancel_requested=False,
+            deadline_at=tool_deadline(task.spec, txn.now) if task.kind == "tool" else None,
         )
         # Taking a queued task cannot make the run quiescent: skip the settle queries.
         txn.check_run = False
@@ -1013,6 +1086,29 @@ def task_fail(
         return True
 
 
+WORKER_ERROR_DETAIL_MAX = 2000
+
+
+def task_errored(task_id: int, claim: str, error: BaseException) -> bool:
+    """The worker met an exception it has no word for while it held the call: the call fails with
+    the key `error` (kind `error`) under its own policy, never re-run blind, never left claimed."""
+    detail = f"{type(error).__name__}: {error}"[:WORKER_ERROR_DETAIL_MAX]
+    with _locked(_run_of(task_id), "worker") as txn:
+        task = _claimed(txn, task_id, claim)
+        if task is None:
+            return False
+        txn.move(
+            task,
+            TaskStatus.FAILED,
+            error=("error", detail),
+            event_data={"exception": type(error).__name__},
+            finished_at=txn.now,
+            claim=None,
+        )
+        _after_failure(txn, task)
+        return True
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a worker says of one call of a batch: a value, a typed error, or that it stopped."""
@@ -1044,9 +1140,13 @@ def claim_batch(task_ids: Sequence[int], claim: str, run_id: Any) -> list[Claime
             started_at=txn.now,
             attempt=F("attempt") + 1,
             cancel_requested=False,
+            deadline_at=tool_deadline({}, txn.now),
         )
         if updated != len(tasks):
             raise Conflict("stale_task", "tasks changed under the run lock")
+        for task in tasks:
+            if task.spec.get("timeout_s"):
+                Task.objects.filter(pk=task.pk).update(deadline_at=tool_deadline(task.spec, txn.now))
         claimed = []
         for task in tasks:
             task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
@@ -1131,6 +1231,13 @@ NOT_AUTO_RETRIED = frozenset(
         "attempt_budget_spent",
         "provider_model_unavailable",
         "provider_context_overflow",
+        # A worker's unexpected exception is no model flake: a blind re-run would meet it again.
+        "error",
+        # Neither is a request the route cannot take or the store cannot hold, nor a source that is gone.
+        "model_capability_unavailable",
+        "context_overflow",
+        "missing_input",
+        "input_source_unavailable",
     }
 )
 
@@ -1147,7 +1254,9 @@ def _auto_retry(txn: _Txn, task: Task, error_key: str, detail: str | None, field
     state = {**task.state, **(fields.get("state") or {}), "auto_retries": used + 1}
     txn.move(task, TaskStatus.FAILED, error=(error_key, detail), **{**fields, "state": state})
     txn.event(task.key, "auto_retry", data={"used": used + 1, "budget": txn.run.retry_budget})
-    txn.move(task, TaskStatus.WAITING, ready=False, error_key=None, error_detail=None, finished_at=None)
+    txn.move(
+        task, TaskStatus.WAITING, ready=False, error_key=None, error_detail=None, finished_at=None, state=_renewed_attempts(state)
+    )
     _make_ready(txn, task)
     return True
 
@@ -1156,16 +1265,18 @@ def _after_failure(txn: _Txn, task: Task) -> None:
     """Apply the failed task's own policy (S11-S13)."""
     if txn.run.status == RunStatus.CANCELING:
         return
-    if task.on_failure == "absorb":
-        txn.resolve(task, "absorbed")
-        _release(txn, [task.key])
-        return
-    if task.status == TaskStatus.UNCERTAIN or task.on_failure == "halt":
+    if graph.holds_for_a_person(task.status, task.on_failure):
+        # Checked before absorb: an uncertain call's effect may have happened, so even an absorbed
+        # one waits for a person, or the next round could issue it again (S10).
         consumers = list(Edge.objects.filter(run=txn.run, source=task.key).values_list("consumer__key", flat=True))
         consumer_tasks = txn.tasks_by_key(consumers)
         if consumers and all(_race_settled(c) for c in consumer_tasks.values()):
             txn.resolve(task, "absorbed", by="race")
         txn.restamp = True
+        return
+    if task.on_failure == "absorb":
+        txn.resolve(task, "absorbed")
+        _release(txn, [task.key])
         return
     _release(txn, [task.key])
 
@@ -1232,6 +1343,7 @@ def retry(*, run_id: Any, key: str, user: Any) -> Run:
             error_key=None,
             error_detail=None,
             finished_at=None,
+            state=_renewed_attempts(task.state) if task.kind in ("round", "summarizer") else _renewed(task.state),
         )
         revived = list(Task.objects.filter(run=txn.run, status=TaskStatus.SKIPPED, skipped_by=task.key))
         if revived:
@@ -1291,7 +1403,16 @@ def deny(*, run_id: Any, key: str, user: Any, reason: str) -> Run:
         if task.status != TaskStatus.NEEDS_APPROVAL:
             raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
         txn.event(task.key, "verb", data={"verb": "deny"})
-        txn.move(task, TaskStatus.FAILED, error=("approval_denied", reason or "denied"), finished_at=txn.now, deadline_at=None)
+        # The model reads a denied call in the approver's words, not the tool's (F14).
+        state = {**task.state, "denied_by": txn.actor}
+        txn.move(
+            task,
+            TaskStatus.FAILED,
+            error=("approval_denied", reason or "denied"),
+            finished_at=txn.now,
+            deadline_at=None,
+            state=state,
+        )
         _after_failure(txn, task)
         return txn.run
 
@@ -1313,10 +1434,22 @@ def await_token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def resolve_await(*, token: Any, user: Any, value: Any) -> Run:
-    """Resolve a client-authored await with its bearer proof (S8). The proof names the await; the
-    resolver still needs write standing in its workspace, as every write surface does (S32)."""
+AWAIT_ERROR_MAX = 2000
+
+
+def resolve_await(*, token: Any, user: Any, value: Any, error: Any = None) -> Run:
+    """Resolve a client-authored await with its bearer proof (S8): with its value, or, given an
+    `error`, fail it with `await_failed` under its own policy (what it waited on failed). The proof
+    names the await; the resolver still needs write standing in its workspace, as every write
+    surface does (S32)."""
     check_storable(value)
+    if error is not None:
+        if not isinstance(error, str) or not error.strip():
+            raise InvalidRequest("invalid_field", "`error` must be a non-empty text saying what failed")
+        if value is not None:
+            raise InvalidRequest("invalid_request", "give the await a `value` or an `error`, not both")
+        if len(error) > AWAIT_ERROR_MAX:
+            raise InvalidRequest("invalid_field", f"`error` is {len(error)} characters; at most {AWAIT_ERROR_MAX}")
     if not isinstance(token, str) or not token or len(token) > 200:
         raise NotFound("await")
     digest = await_token_digest(token)
@@ -1331,6 +1464,10 @@ def resolve_await(*, token: Any, user: Any, value: Any) -> Run:
         txn.remember([task])
         if task.status != TaskStatus.DISPATCHED:
             raise Conflict("not_pending", f"the await is {task.status}")
+        if error is not None:
+            txn.move(task, TaskStatus.FAILED, error=("await_failed", error), finished_at=txn.now, deadline_at=None)
+            _after_failure(txn, task)
+            return txn.run
         txn.move(task, TaskStatus.COMPLETED, result={"value": value}, finished_at=txn.now, deadline_at=None)
         _release(txn, [task.key])
         return txn.run
@@ -1378,15 +1515,10 @@ def _cancel(txn: _Txn, *, reason: str, failure: dict[str, Any] | None, step: Tas
 def _cancel_failure(txn: _Txn, reason: str) -> tuple[dict[str, Any], Task | None]:
     """SPEC.md: a person canceling a held run fails it with the hold's own kind; else `cancelled`."""
     run = txn.run
-    attention = run.attention or {}
-    if run.status == RunStatus.NEEDS_ATTENTION and attention.get("blocked_task_keys"):
-        blocked = Task.objects.filter(run=run, key=attention["blocked_task_keys"][0]).first()
-        if blocked is not None and blocked.error_key:
-            return failures.platform_failure(failures.kind_for_error_key(blocked.error_key), reason or None), blocked
-        if blocked is not None and blocked.status == TaskStatus.SKIPPED and blocked.skipped_by:
-            cause = Task.objects.filter(run=run, key=blocked.skipped_by).first()
-            if cause is not None and cause.error_key:
-                return failures.platform_failure(failures.kind_for_error_key(cause.error_key), reason or None), cause
+    if run.status == RunStatus.NEEDS_ATTENTION:
+        failure, step = _hold_failure(txn, run.attention or {})
+        if failure is not None:
+            return {**failure, "message": reason or None}, step
     return failures.platform_failure("cancelled", reason or None), None
 
 
@@ -1457,7 +1589,7 @@ def arm_compaction_in(txn: _Txn, task: Task, fields: dict[str, Any]) -> bool:
         composed=True,
         lineage=task.lineage,
     )
-    fields["state"] = {**fields.get("state", task.state), "authored": counter, "compacting": spec.key}
+    fields["state"] = {**_renewed_attempts(fields.get("state", task.state)), "authored": counter, "compacting": spec.key}
     if task.status in FAILED:
         txn.resolve(task, "retried", by="compact")
         txn.move(
@@ -1475,6 +1607,17 @@ def arm_compaction_in(txn: _Txn, task: Task, fields: dict[str, Any]) -> bool:
     else:
         _wait_on(txn, task, [spec], fields)
     return True
+
+
+def _renewed_attempts(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A round run again (a retry, an automatic re-run, a compaction) starts its step with a fresh
+    attempt budget on every route that is not spent; a spent route stays spent (S26, S28)."""
+    return {**_renewed(state), "step_attempts": {}}
+
+
+def _renewed(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A task run again starts with no lost workers counted against it."""
+    return {k: v for k, v in state.items() if k != "expired_claims"}
 
 
 def _route_refusal(task: Task) -> str | None:

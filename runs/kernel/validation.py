@@ -29,9 +29,9 @@ MAX_ENTRIES = MAX_PAYLOAD_BYTES // 2
 # Deeper JSON than any tool's arguments need, and shallow enough for every recursive reader
 # downstream (Python's json, pydantic, PostgreSQL's jsonb parser).
 MAX_DEPTH = 100
-# An await's clock becomes a deadline (a datetime): a year and a day covers any real wait and
-# keeps the arithmetic far from datetime's and PostgreSQL's ends.
-MAX_AWAIT_TIMEOUT_S = 366 * 24 * 3600
+# A clock (an await's, a tool call's) becomes a deadline (a datetime): a year and a day covers
+# any real wait and keeps the arithmetic far from datetime's and PostgreSQL's ends.
+MAX_TIMEOUT_SECONDS = 366 * 24 * 3600
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}$")
 KINDS = ("tool", "round", "await", "join", "delegate")
 POLICIES = ("propagate", "absorb", "halt")
@@ -243,7 +243,10 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
             raise InvalidRequest("unknown_tool", f"{where}: no tool named {name!r} is installed")
         args = raw.get("args", {})
         _require(isinstance(args, Mapping), "invalid_field", f"{where}.args must be an object")
-        return {"tool": name, "args": dict(args)}
+        tool_spec: dict[str, Any] = {"tool": name, "args": dict(args)}
+        if raw.get("timeout_s") is not None:
+            tool_spec["timeout_s"] = _timeout(raw["timeout_s"], where)
+        return tool_spec
     if kind == "round":
         model = _string(raw, "model", where, required=True)
         fallback = raw.get("fallback_models", [])
@@ -273,14 +276,7 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
         _require(isinstance(question, str), "invalid_field", f"{where}.question must be a string")
         spec = {"question": question}
         if raw.get("timeout_s") is not None:
-            timeout = raw["timeout_s"]
-            _require(
-                isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout <= MAX_AWAIT_TIMEOUT_S,
-                "invalid_field",
-                f"{where}.timeout_s must be a positive number of seconds, at most {MAX_AWAIT_TIMEOUT_S:,} (366 days);"
-                " leave it out for an await without a clock",
-            )
-            spec["timeout_s"] = timeout
+            spec["timeout_s"] = _timeout(raw["timeout_s"], where)
         return spec
     if kind == "join":
         mode = raw.get("mode", "all")
@@ -297,6 +293,16 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
             spec["quorum"] = quorum
         return spec
     raise InvalidRequest("invalid_kind", f"{where}: unknown kind {kind!r}")
+
+
+def _timeout(timeout: Any, where: str) -> float | int:
+    _require(
+        isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout <= MAX_TIMEOUT_SECONDS,
+        "invalid_field",
+        f"{where}.timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS:,} (366 days);"
+        " leave it out for no clock of its own",
+    )
+    return timeout
 
 
 def compile_approval(raw: Any, default_mode: str = "ask") -> dict[str, Any]:

@@ -65,6 +65,8 @@ class AttemptFailed(Exception):
 
 class Provider(Protocol):
     name: str
+    # Whether the lane offers tool calls (model_capability_unavailable when a round declares tools and it does not).
+    tool_calls: bool
 
     def complete(self, request: ProviderRequest) -> ProviderAnswer: ...
 

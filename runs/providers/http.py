@@ -63,6 +63,8 @@ class HttpProvider:
         # Anthropic requires a bound on the answer's length; Chat Completions only sends one when configured.
         self.max_tokens_configured = config.get("max_tokens") is not None
         self.max_tokens = int(config.get("max_tokens") or 4096)
+        # A lane without tool calls (e.g. a plain completion server): a round that declares tools cannot use it.
+        self.tool_calls = config.get("tool_calls", True) is not False
         if not self.base_url:
             raise AttemptFailed("http", f"provider {name!r} has no base_url", http_status=404)
 

@@ -17,6 +17,7 @@ def script_for(script: Any, route: str) -> list[Any]:
 
 class ScriptProvider:
     name = "script"
+    tool_calls = True
 
     def complete(self, request: ProviderRequest) -> ProviderAnswer:
         answers = script_for(request.script, request.route)

@@ -75,3 +75,24 @@ def test_it_keeps_a_former_operators_executor_from_private_calls(team: Team) -> 
     _private_run(team.api(), team.slug, "mine")
     Membership.objects.filter(user=team.users["operator"], workspace=team.workspace).update(role="viewer")
     assert ours.post(f"/executors/{ours_id}/claim")[0] == 204
+
+
+@pytest.mark.spec("F11", "S8")
+def test_it_fails_a_private_call_unserved_when_only_someone_elses_executor_is_live(team: Team, settings: Any) -> None:
+    """The unserved sweep reads the claim rule: a colleague's live runner cannot take a private
+    run's call, so the call fails `tool_not_served` instead of waiting on it forever."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.kernel.executors import sweep_unserved_calls
+
+    settings.OZ0_UNSERVED_SECONDS = 60
+    colleague = _second_operator(team)
+    _executor(colleague)
+    private_id = _private_run(team.api(), team.slug, "p")
+    shared_id = _private_run(team.api(), team.slug, "s", private=False)
+    assert sweep_unserved_calls(timezone.now() + timedelta(seconds=61)) == 1
+    private_task = Task.objects.get(run_id=private_id, key="a")
+    assert (private_task.status, private_task.error_key) == ("failed", "tool_not_served")
+    assert Task.objects.get(run_id=shared_id, key="a").status == "dispatched"

@@ -5,12 +5,12 @@ property tests of the kernel."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from runs import kernel
-from runs.execution import run_tool
+from runs.execution import execute_claimed
 from runs.models import Run, Task, TraceEvent
-from runs.rounds import run_round
 
 
 def queued(run: Run) -> list[Task]:
@@ -19,14 +19,16 @@ def queued(run: Run) -> list[Task]:
     )
 
 
+# The cancel event a driven call gets (a test may give one whose waits return at once).
+cancel_event: Callable[[], threading.Event] = threading.Event
+
+
 def step(run: Run, task: Task) -> bool:
     claimed = kernel.claim_task(task.pk, f"driver:{task.pk}:{task.attempt}")
     if claimed is None:
         return False
-    if claimed.kind == "tool":
-        run_tool(claimed, threading.Event())
-    else:
-        run_round(claimed, threading.Event())
+    # The worker's own path after its claim: an unexpected exception settles the call, as in a worker.
+    execute_claimed(claimed, cancel_event())
     return True
 
 

@@ -122,10 +122,10 @@ def test_it_keeps_a_halt_stamp_over_a_later_question(team: Team) -> None:
         workspace=team.workspace, user=team.users["operator"], body={"tasks": tasks, "deliverable": "q"}
     )
     run = drive(run)
-    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["bad"]}
+    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["bad"], "kinds": ["tool_failed"]}
     kernel.resolve_await(token=receipt["tokens"]["gate"], user=team.users["operator"], value=1)
     run = drive(run)
     assert task(run, "q.1").status == "awaiting_input"
     assert run.status == "running" and "awaiting_human" in run.announcements
     # The standing halt stamp is not replaced by the ask.
-    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["bad"]}
+    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["bad"], "kinds": ["tool_failed"]}

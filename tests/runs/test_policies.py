@@ -40,7 +40,7 @@ def test_it_skips_descendants_transitively_on_propagate(team: Team) -> None:
     run = drive(create(team, [fail("a"), echo("b", after=["a"]), echo("c", after=["b"]), echo("d")], "c"))
     assert statuses(run) == {"a": "failed", "b": "skipped", "c": "skipped", "d": "completed"}
     assert run.status == "needs_attention"
-    assert run.attention == {"reason": "deliverable_unresolved", "blocked_task_keys": ["c"]}
+    assert run.attention == {"reason": "deliverable_unresolved", "blocked_task_keys": ["c"], "kinds": ["tool_failed"]}
     assert task(run, "c").skipped_by == "a"
 
 
@@ -77,7 +77,7 @@ def test_it_finishes_what_can_run_then_holds_on_halt(team: Team) -> None:
     run = drive(create(team, [fail("a", on_failure="halt"), echo("b"), echo("c", after=["a"])], "c"))
     assert statuses(run) == {"a": "failed", "b": "completed", "c": "waiting"}
     assert run.status == "needs_attention"
-    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["a"]}
+    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["a"], "kinds": ["tool_failed"]}
     assert run.held_since is not None
 
 
@@ -180,7 +180,7 @@ def test_it_holds_on_a_halt_loser_that_still_has_an_unfinished_consumer(team: Te
         )
     )
     assert run.status == "needs_attention"
-    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["loser"]}
+    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["loser"], "kinds": ["tool_failed"]}
 
 
 @pytest.mark.spec("S17")

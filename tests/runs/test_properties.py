@@ -69,8 +69,8 @@ def rows_candidates(run: Run) -> list[str]:
         for t in rows.values()
         if t.status in graph.FAILED_STATUSES
         and t.failure_resolution is None
-        and t.on_failure != "absorb"
-        and not (t.on_failure == "halt" and race_absorbed(t.key))
+        and (t.on_failure != "absorb" or t.status == "uncertain")
+        and not ((t.on_failure == "halt" or t.status == "uncertain") and race_absorbed(t.key))
     )
 
 

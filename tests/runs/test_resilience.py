@@ -56,7 +56,7 @@ def test_it_marks_a_non_replayable_call_uncertain_when_its_worker_is_killed(live
     run = Run.objects.get(pk=run_id)
     wait_for(lambda: Run.objects.get(pk=run_id).status == "needs_attention", timeout=20, message="the hold")
     run.refresh_from_db()
-    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["pay"]}
+    assert run.attention == {"reason": "halt_failure", "blocked_task_keys": ["pay"], "kinds": ["unknown_outcome"]}
     time.sleep(2)
     assert effects(effect_id) == 1, "a non-replayable effect ran a second time without a person's decision"
     status, body = live_team.api().post(f"/runs/{run_id}/tasks/pay/abandon")

@@ -113,4 +113,6 @@ def test_it_refuses_an_oz_fail_message_over_two_thousand_characters(team: Team) 
     script = [{"oz_fail": {"kind": "not_found", "message": "x" * 2001}}]
     run = create(team, {"model": "script", "script": script, "on_failure": "halt"})
     assert task(run, "r1").error_key == "round_expansion_refused"
-    assert run.status == "needs_attention" and run.failure is None
+    # The run holds on the refused round (kind model), never on the kind the agent asked for.
+    assert run.status == "needs_attention" and run.failure is not None
+    assert (run.failure["kind"], run.failure["declared"]) == ("model", False)

@@ -197,7 +197,9 @@ def test_it_warns_rather_than_errs_about_a_tool_a_runner_may_serve_later() -> No
 
 
 def test_it_registers_a_manifest_whose_tool_is_not_installed_yet_with_its_warning(db: Any) -> None:
-    registered = manifests.register("name: tracker-later\nmodel: script\ntools: [github.get_issue]\n")
+    from tests.factories import make_workspace
+
+    registered = manifests.register("name: tracker-later\nmodel: script\ntools: [github.get_issue]\n", workspace=make_workspace())
     assert registered.created and registered.version.manifest["tools"] == ["github.get_issue"]
     assert [w.field for w in registered.warnings] == ["tools[0]"]
 
@@ -274,11 +276,14 @@ def test_it_refuses_nesting_deeper_than_a_manifest_needs() -> None:
 
 
 def test_it_registers_nothing_for_yaml_json_cannot_hold(db: Any) -> None:
+    from tests.factories import make_workspace
+
+    workspace = make_workspace()
     before = AgentVersion.objects.count()
     for text in (
         "name: dated\nmodel: script\nscript: [{text: 2024-01-01}]\n",
         'name: nul\nmodel: script\ndescription: "a\\0b"\n',
     ):
         with pytest.raises(manifests.InvalidManifest):
-            manifests.register(text)
+            manifests.register(text, workspace=workspace)
     assert AgentVersion.objects.count() == before

@@ -86,13 +86,16 @@ def test_it_fails_a_private_call_unserved_when_only_someone_elses_executor_is_li
     from django.utils import timezone
 
     from runs.kernel.executors import sweep_unserved_calls
+    from runs.models import Executor
 
     settings.OZ0_UNSERVED_SECONDS = 60
     colleague = _second_operator(team)
-    _executor(colleague)
+    theirs_id, _ = _executor(colleague)
     private_id = _private_run(team.api(), team.slug, "p")
     shared_id = _private_run(team.api(), team.slug, "s", private=False)
-    assert sweep_unserved_calls(timezone.now() + timedelta(seconds=61)) == 1
+    later = timezone.now() + timedelta(seconds=120)
+    Executor.objects.filter(pk=theirs_id).update(last_heartbeat_at=later - timedelta(seconds=5))
+    assert sweep_unserved_calls(later) == 1
     private_task = Task.objects.get(run_id=private_id, key="a")
     assert (private_task.status, private_task.error_key) == ("failed", "tool_not_served")
     assert Task.objects.get(run_id=shared_id, key="a").status == "dispatched"

@@ -93,7 +93,8 @@ def test_it_takes_a_model_composed_calls_deadline_from_the_manifest(team: Team) 
     register(
         f"name: {name}\nmodel: script\ninstructions: Sleep, then echo.\ntools:\n  - name: test.sleep\n    timeout_s: 7\n  - test.echo\n"
         "script:\n  - tool_calls:\n      - tool: test.sleep\n        args: {seconds: 60}\n      - tool: test.echo\n"
-        "  - text: done\n"
+        "  - text: done\n",
+        workspace=team.workspace,
     )
     run, _ = kernel.create_run(
         workspace=team.workspace, user=team.users["operator"], body={"agent": name, "approval": {"mode": "bypass"}}

@@ -16,11 +16,11 @@ from runs.models import EffectRecord
 from runs.permissions import can_read_content
 from runs.schemas import (
     AppendIn,
+    AwaitOutcomeIn,
     CreateIn,
     EffectCount,
     ErrorOut,
     ReasonIn,
-    AwaitOutcomeIn,
     ResolveIn,
     RunCreated,
     RunOnly,

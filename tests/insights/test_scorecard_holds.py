@@ -32,7 +32,7 @@ def card(team: Any, agent: str) -> dict[str, Any]:
 
 @pytest.mark.spec("F18")
 def test_it_counts_a_held_run_once_through_hold_repair_hold_and_cancel(team: Any) -> None:
-    make_agent("mended")
+    make_agent("mended", workspace=team.workspace)
     flaky = {"key": "a", "kind": "tool", "tool": "test.flaky", "args": {"fail_times": 1, "id": uuid.uuid4().hex}}
     late = {"key": "b", "kind": "tool", "tool": "test.fail", "args": {"error": "tool_timeout"}, "after": ["a"]}
     status, doc = team.api("operator").post(
@@ -67,7 +67,7 @@ def test_it_counts_a_held_run_once_through_hold_repair_hold_and_cancel(team: Any
 
 @pytest.mark.spec("F18")
 def test_it_counts_a_run_canceled_without_a_hold_when_it_ends(team: Any) -> None:
-    make_agent("stopped")
+    make_agent("stopped", workspace=team.workspace)
     status, doc = team.api("operator").post(
         f"/workspaces/{team.slug}/runs", {"agent": "stopped", "tasks": [{"key": "q", "kind": "await", "question": "?"}]}
     )
@@ -87,7 +87,7 @@ def test_it_counts_a_run_canceled_without_a_hold_when_it_ends(team: Any) -> None
 
 @pytest.mark.spec("F18")
 def test_it_counts_a_hold_with_no_failure_behind_it_only_when_the_run_is_canceled(team: Any) -> None:
-    make_agent("raced")
+    make_agent("raced", workspace=team.workspace)
     tasks = [
         {"key": "fast", "kind": "tool", "tool": "test.echo", "args": {"value": 1}},
         {"key": "gate", "kind": "await", "question": "?"},

@@ -33,6 +33,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="NAME",
         help=f"run only this workload (repeatable): {', '.join(WORKLOADS)}; fan includes the references",
     )
+    parser.add_argument(
+        "--sessions-ab",
+        action="store_true",
+        help="fan: also run the fan on a second worker pool that opens a database session per task "
+        "(OZ0_CELERY_DB_REUSE_MAX=0), side by side in each repetition",
+    )
     return parser.parse_args(argv)
 
 
@@ -67,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         _purge(env)
         harness.say(f"starting {harness.WORKER_PROCESSES} Celery worker processes")
         procs.celery_worker()
+        # Production runs beat beside the workers: its sweeps (every OZ0_SWEEP_SECONDS) run during every measurement.
+        procs.celery_beat()
         _warm_up(env, procs)
         workers_up = True
 
@@ -77,12 +85,14 @@ def main(argv: list[str] | None = None) -> int:
             harness.say(f"== {name}")
             try:
                 if name in ("fan", "references"):
-                    from bench import peer
+                    from bench import peer, pgqueuer_peer
 
                     ensure_workers()
                     peer.ensure_schema(env.database_url)
                     peer.start_workers(procs, peer_queue)
-                    sections[name] = _fan(profile, env, peer_queue, with_fan=name == "fan")
+                    pgqueuer_peer.ensure_schema(env.database_url)
+                    pgqueuer_peer.start_workers(procs, peer_queue)
+                    sections[name] = _fan(profile, env, procs, peer_queue, with_fan=name == "fan", sessions_ab=args.sessions_ab)
                 elif name == "chain":
                     from bench import chain
 
@@ -120,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "./oz0 bench"
         + (" --quick" if args.quick else "")
         + (" --tiny" if args.tiny else "")
+        + (" --sessions-ab" if args.sessions_ab else "")
         + "".join(f" --only {o}" for o in (args.only or [])),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "seconds": round(elapsed, 1),
@@ -145,19 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _fan(profile: Any, env: Any, peer_queue: str, *, with_fan: bool) -> Any:
+def _fan(profile: Any, env: Any, procs: Any, peer_queue: str, *, with_fan: bool, sessions_ab: bool) -> Any:
     from bench import fan
 
-    return fan.run(profile, env, peer_queue=peer_queue, with_fan=with_fan)
+    return fan.run(profile, env, procs, peer_queue=peer_queue, with_fan=with_fan, sessions_ab=sessions_ab)
 
 
 def _scorecard(profile: Any) -> Any:
+    from bench import scorecard
     from bench.harness import Section
 
-    try:
-        from bench import scorecard
-    except ImportError as error:
-        return Section(skipped=f"bench/scorecard.py is not there yet ({error})")
     result = scorecard.run(profile.name == "quick" or profile.name == "tiny")
     if isinstance(result, Section):
         return result

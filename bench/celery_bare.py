@@ -60,7 +60,7 @@ def drained(redis_url: str, queue: str, *, timeout: float = 600.0) -> float:
 
 def measure(n: int, redis_url: str, queue: str) -> dict[str, float]:
     """Send `n` no-ops and wait for the workers to run them all: tasks per second end to end."""
-    from runs.tasks import noop
+    from runs.worker.tasks import noop
 
     started = time.time()
     for _ in range(n):

@@ -238,6 +238,8 @@ class Processes:
         self.env = env
         self.logdir = logdir
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.probe_dir = logdir / "probe"
+        self.probe_dir.mkdir(parents=True, exist_ok=True)
 
     def spawn(self, name: str, argv: list[str], *, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         self.logdir.mkdir(parents=True, exist_ok=True)
@@ -253,7 +255,10 @@ class Processes:
         self.children.append((name, proc))
         return proc
 
-    def celery_worker(self, name: str = "celery") -> subprocess.Popen[bytes]:
+    def celery_worker(
+        self, name: str = "celery", *, queue: str | None = None, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        queue = queue or self.env.queue
         return self.spawn(
             name,
             [
@@ -264,20 +269,63 @@ class Processes:
                 "oz0site",
                 "worker",
                 "-Q",
-                self.env.queue,
+                queue,
                 "-c",
                 str(WORKER_PROCESSES),
                 "--pool",
                 "prefork",
                 "-n",
-                f"{self.env.queue}@%h",
+                f"{queue}@%h",
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
+                # Counts what each task costs the database (bench/probe.py), in the workers themselves.
+                "-I",
+                "bench.probe",
+                "-l",
+                "warning",
+            ],
+            extra_env={"OZ0_BENCH_PROBE_DIR": str(self.probe_dir), "OZ0_QUEUE": queue, **(extra_env or {})},
+        )
+
+    def celery_beat(self) -> subprocess.Popen[bytes]:
+        """Beat as production runs it (`./oz0 up`): the sweeps land on the bench queue, run by the bench's workers."""
+        return self.spawn(
+            "beat",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "oz0site",
+                "beat",
+                "-s",
+                str(self.logdir / "celerybeat-schedule"),
+                "--pidfile=",
                 "-l",
                 "warning",
             ],
         )
+
+    def web_server(self, name: str = "daphne", *, extra_env: dict[str, str] | None = None) -> tuple[int, subprocess.Popen[bytes]]:
+        """daphne serving the project's ASGI app on a free port, as `./oz0 up` serves it; returns once it listens."""
+        port = free_port()
+        proc = self.spawn(
+            name,
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "oz0site.asgi:application"],
+            # As `./oz0 up` runs its web process.
+            extra_env={"DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0"), **(extra_env or {})},
+        )
+        wait_until(lambda: self.listening(port), timeout=60, interval=0.1, what=f"{name} to listen")
+        return port, proc
+
+    def listening(self, port: int) -> bool:
+        self.check_alive()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
 
     def stop(self, proc: subprocess.Popen[bytes] | None = None) -> None:
         targets = [(n, p) for n, p in self.children if proc is None or p is proc]

@@ -26,9 +26,9 @@ def seed(rows: int) -> tuple[Any, Any, str]:
     from django.db import connection
     from django.utils import timezone
 
-    from oz0site.api import token_digest
     from runs import kernel
     from runs.models import ApiToken, Task
+    from runs.tokens import token_digest
 
     workspace, user = bench_team("inbox")
     token = secrets.token_urlsafe(32)

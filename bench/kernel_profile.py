@@ -32,20 +32,13 @@ def main(argv: list[str]) -> int:
 
     call_command("migrate", verbosity=0, interactive=False)
     from runs import kernel
-    from runs.models import Task
 
     workspace, user = harness.bench_team("profile")
     if mode in ("chain", "tree"):
         return propagate_profile(mode, n, workspace, user, env)
     if mode == "worker":
         return worker_profile(n, workspace, user, env)
-    tasks = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}} for i in range(1, n + 1)]
-    run, _ = kernel.create_run(
-        workspace=workspace, user=user, body={"tasks": [{"key": "gate", "kind": "await", "question": "open"}, *tasks[:63]]}
-    )
-    for index in range(63, n, 64):
-        kernel.append(run_id=run.id, user=user, body={"tasks": tasks[index : index + 64]})
-    ids = list(Task.objects.filter(run=run, kind="tool").order_by("position").values_list("pk", flat=True))
+    run, ids = gated_echo_run(n, workspace, user)
 
     claim_ms: list[float] = []
     complete_ms: list[float] = []
@@ -67,12 +60,12 @@ def main(argv: list[str]) -> int:
     for task_id in ids:
         with harness.QueryCounter() as q1, connection.execute_wrapper(capture("claim")):
             t = time.perf_counter()
-            claimed = kernel.claim_task(task_id, f"profile-{task_id}")
+            claimed = kernel.claim_task(None, task_id, f"profile-{task_id}")
             claim_ms.append((time.perf_counter() - t) * 1000)
         assert claimed is not None
         with harness.QueryCounter() as q2, connection.execute_wrapper(capture("complete")):
             t = time.perf_counter()
-            kernel.task_complete(task_id, claimed.claim, claimed.spec["args"]["value"])
+            kernel.task_complete(claimed, claimed.spec["args"]["value"])
             complete_ms.append((time.perf_counter() - t) * 1000)
         capturing[0] = False  # the statements of the first task are enough
         claim_q.append(q1.count)
@@ -97,22 +90,16 @@ def main(argv: list[str]) -> int:
 
 
 def worker_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
-    """The worker's whole path per task (`runs.execution.execute_task`, as the Celery task calls it),
+    """The worker's whole path per task (`runs.worker.execution.execute_task`, as the Celery task calls it),
     in-process: statements, new database sessions and time per task."""
     import redis
     from django.db import connection
 
     from bench import harness
-    from runs import execution, kernel
     from runs.models import Task
+    from runs.worker import execution
 
-    tasks = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}} for i in range(1, n + 1)]
-    run, _ = kernel.create_run(
-        workspace=workspace, user=user, body={"tasks": [{"key": "gate", "kind": "await", "question": "open"}, *tasks[:63]]}
-    )
-    for index in range(63, n, 64):
-        kernel.append(run_id=run.id, user=user, body={"tasks": tasks[index : index + 64]})
-    ids = list(Task.objects.filter(run=run, kind="tool").order_by("position").values_list("pk", flat=True))
+    run, ids = gated_echo_run(n, workspace, user)
     opened = [0]
     original_connect = connection.connect
 
@@ -141,7 +128,7 @@ def worker_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
         sessions[mode] += opened[0] - before
     connection.connect = original_connect  # type: ignore[method-assign]
     done = Task.objects.filter(pk__in=ids, status="completed").count()
-    print(f"{done}/{n} tasks through runs.execution.execute_task in-process, blocks of 25 alternating:")
+    print(f"{done}/{n} tasks through runs.worker.execution.execute_task in-process, blocks of 25 alternating:")
     for mode, times in per_task_ms.items():
         print(
             f"  {mode:<32} {statistics.median(times):6.1f} ms per task (median of {len(times)}), "
@@ -159,7 +146,7 @@ def propagate_profile(shape: str, n: int, workspace: Any, user: Any, env: Any) -
     from runs import kernel
 
     run, root_id = propagate.build(n, shape, workspace, user)
-    claimed = kernel.claim_task(root_id, "profile")
+    claimed = kernel.claim_task(None, root_id, "profile")
     assert claimed is not None
     from django.db import connection
 
@@ -176,7 +163,7 @@ def propagate_profile(shape: str, n: int, workspace: Any, user: Any, env: Any) -
     with harness.QueryCounter() as queries, connection.execute_wrapper(timing):
         started = time.perf_counter()
         profiler.enable()
-        kernel.task_fail(root_id, claimed.claim, "tool_failed", "profile")
+        kernel.task_fail(claimed, "tool_failed", "profile")
         profiler.disable()
         ms = (time.perf_counter() - started) * 1000
     print(f"{shape} of {n}: failing transition {ms:.0f} ms, {queries.count} statements")
@@ -190,6 +177,20 @@ def propagate_profile(shape: str, n: int, workspace: Any, user: Any, env: Any) -
     print(stream.getvalue())
     redis.Redis.from_url(env.redis_url).delete(env.queue)
     return 0
+
+
+def gated_echo_run(n: int, workspace: Any, user: Any) -> tuple[Any, list[int]]:
+    """A run of n `test.echo` calls behind an unanswered await, built 64 tasks per request; the call ids."""
+    from runs import kernel
+    from runs.models import Task
+
+    tasks = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}} for i in range(1, n + 1)]
+    run, _ = kernel.create_run(
+        workspace=workspace, user=user, body={"tasks": [{"key": "gate", "kind": "await", "question": "open"}, *tasks[:63]]}
+    )
+    for index in range(63, n, 64):
+        kernel.append(run_id=run.id, user=user, body={"tasks": tasks[index : index + 64]})
+    return run, list(Task.objects.filter(run=run, kind="tool").order_by("position").values_list("pk", flat=True))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -30,12 +28,10 @@ from bench.harness import (
     Profile,
     Section,
     bench_team,
-    free_port,
     goal_at_most,
     percentile,
     say,
     summary,
-    wait_until,
 )
 
 THREADS = 4
@@ -44,11 +40,21 @@ THREADS = 4
 CONNECT_AT_ONCE = 10  # handshakes in flight at a time while measuring; `connect_burst` tries all at once
 
 
+async def run_socket(port: int, cookie: str, run_id: str) -> Any:
+    """A signed-in person's websocket on one run page, as the browser opens it."""
+    from websockets.asyncio.client import connect
+
+    return await connect(
+        f"ws://127.0.0.1:{port}/ws/runs/{run_id}/",
+        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+        additional_headers={"Cookie": f"sessionid={cookie}"},
+        open_timeout=30,
+    )
+
+
 def _client_main(port: int, cookie: str, run_ids: list[str], expected: int, ready: Any, stop: Any, out: Any) -> None:
     """The browser side: one websocket per run; stamps each message on arrival; reconnects a dropped socket."""
     import json
-
-    from websockets.asyncio.client import connect
 
     received: list[tuple[str, int, float]] = []
     counts = {"connect_failures": 0, "drops": 0}
@@ -60,12 +66,7 @@ def _client_main(port: int, cookie: str, run_ids: list[str], expected: int, read
         while not stopping.is_set():
             try:
                 async with gate:
-                    ws = await connect(
-                        f"ws://127.0.0.1:{port}/ws/runs/{run_id}/",
-                        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-                        additional_headers={"Cookie": f"sessionid={cookie}"},
-                        open_timeout=30,
-                    )
+                    ws = await run_socket(port, cookie, run_id)
             except Exception:
                 counts["connect_failures"] += 1
                 await asyncio.sleep(0.5)
@@ -111,18 +112,10 @@ def _client_main(port: int, cookie: str, run_ids: list[str], expected: int, read
 
 def connect_burst(port: int, cookie: str, run_ids: list[str]) -> dict[str, int]:
     """Open every websocket at once (no pacing), as a page reload of 100 clients would: how many are refused."""
-    import json  # noqa: F401 - parity with the client
-
-    from websockets.asyncio.client import connect
 
     async def one(run_id: str) -> bool:
         try:
-            ws = await connect(
-                f"ws://127.0.0.1:{port}/ws/runs/{run_id}/",
-                origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-                additional_headers={"Cookie": f"sessionid={cookie}"},
-                open_timeout=30,
-            )
+            ws = await run_socket(port, cookie, run_id)
         except Exception:
             return False
         await asyncio.sleep(1.0)
@@ -134,15 +127,6 @@ def connect_burst(port: int, cookie: str, run_ids: list[str]) -> dict[str, int]:
 
     results = asyncio.run(main())
     return {"attempted": len(results), "refused": results.count(False)}
-
-
-def _wait_for_port(port: int, procs: Processes) -> bool:
-    procs.check_alive()
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def run(profile: Profile, env: Environment, procs: Processes) -> Section:
@@ -162,11 +146,7 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     client.force_login(user)
     cookie = client.cookies["sessionid"].value
 
-    port = free_port()
-    daphne = procs.spawn(
-        "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "oz0site.asgi:application"]
-    )
-    wait_until(lambda: _wait_for_port(port, procs), timeout=60, interval=0.1, what="daphne to listen")
+    port, daphne = procs.web_server()
 
     # Stamp when each publish's group_send has returned (the publisher's side of the latency):
     # the kernel calls `realtime.publish` through the module, so a wrapper here sees every one.

@@ -56,12 +56,12 @@ def fail_root(run: Any, root_id: int) -> dict[str, float]:
     from runs import kernel
     from runs.models import Run, Task
 
-    claimed = kernel.claim_task(root_id, "bench-propagate")
+    claimed = kernel.claim_task(None, root_id, "bench-propagate")
     if claimed is None:
         raise RuntimeError("bench: the propagate root was taken by someone else (is a worker consuming the bench queue?)")
     with QueryCounter() as queries:
         started = time.perf_counter()
-        kernel.task_fail(root_id, claimed.claim, "tool_failed", "the bench's root failure")
+        kernel.task_fail(claimed, "tool_failed", "the bench's root failure")
         seconds = time.perf_counter() - started
     status = Run.objects.filter(pk=run.id).values_list("status", flat=True).get()
     skipped = Task.objects.filter(run=run, status="skipped").count()

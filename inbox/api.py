@@ -7,7 +7,7 @@ from ninja import Router, Schema
 from pydantic import ConfigDict
 
 from inbox import selectors
-from runs.kernel.errors import InvalidRequest
+from runs.kernel import InvalidRequest
 from runs.schemas import ErrorOut
 
 router = Router(tags=["inbox"])
@@ -18,9 +18,26 @@ class InboxItem(Schema):
     id: str
     kind: str
     run: str
+    workspace: str | None = None
     task: str | None = None
     agent: str | None = None
     since: str
+    waited_seconds: int | None = None
+    deadline: str | None = None
+    remaining_seconds: int | None = None
+    tool: str | None = None
+    content_visible: bool | None = None
+    # Only for those who may read the run's words (F11, F12): left out, not null, for the others.
+    args: Any = None
+    question: str | None = None
+    # The digest (SHA-256 of tool + args) an approval of exactly these args is bound to: send it back
+    # with the approve, and a call that changed since is refused (409 approval_stale).
+    digest: str | None = None
+    reason: str | None = None
+    blocked_task_keys: list[str] | None = None
+    kinds: list[str] | None = None
+    # A held child run's parent run, which waits on it (F14).
+    parent: str | None = None
 
 
 class InboxPage(Schema):
@@ -28,7 +45,12 @@ class InboxPage(Schema):
     next: str | None = None
 
 
-@router.get("/inbox", response={200: InboxPage, 400: ErrorOut, 401: ErrorOut}, summary="Everything waiting on a person")
+@router.get(
+    "/inbox",
+    response={200: InboxPage, 400: ErrorOut, 401: ErrorOut},
+    exclude_unset=True,
+    summary="Everything waiting on a person",
+)
 def inbox(
     request: HttpRequest,
     workspace: str | None = None,

@@ -2,13 +2,12 @@
 
 Keyset-paged, oldest wait first, with a constant number of queries per page whatever
 the inbox's size (one for the memberships, one per list, one per workspace's role).
-The console and GET /api/v1/inbox read the same items; the holds page reads
-`held_runs`, which batches the trace reads its repair candidates need.
+The console and GET /api/v1/inbox read the same items; a hold item links to the holds
+page (console/holds.py), which shows what a repairer needs.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,11 +15,10 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from runs import failures
-from runs.kernel.graph import repair_candidates
-from runs.models import TASK_FAILED, Membership, Run, RunStatus, Task, TaskStatus, TraceEvent, Workspace
+from runs import kernel
+from runs.models import Membership, Run, RunStatus, Task, TaskStatus, Workspace
 from runs.permissions import can_read_content
-from runs.selectors import encode_cursor, invalid_cursor, keyset_position, task_error, uuid_or_invalid_cursor
+from runs.selectors import encode_cursor, invalid_cursor, keyset_position, uuid_or_invalid_cursor
 
 KINDS = ("approval", "question", "hold")
 
@@ -117,6 +115,20 @@ def inbox_items(
     return {"items": page, "next": next_cursor}
 
 
+def waiting_items(user: Any, run: Run) -> list[dict[str, Any]]:
+    """One run's waiting tasks as inbox items: the run page shows them with the inbox's card."""
+    park = timedelta(seconds=float(settings.OZ0_APPROVAL_PARK_SECONDS))
+    now = timezone.now()
+    items = []
+    tasks = Task.objects.filter(run=run, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT))
+    for task in tasks.order_by("position"):
+        task.run = run
+        # An approval waits from when it parked, one park length before its deadline.
+        parked_at = task.deadline_at - park if task.deadline_at and task.status == TaskStatus.NEEDS_APPROVAL else None
+        items.append(_task_item(user, task, now, parked_at or task.created_at))
+    return items
+
+
 def _task_item(user: Any, task: Task, now: datetime, since: datetime) -> dict[str, Any]:
     run = task.run
     content = can_read_content(user, run)
@@ -137,6 +149,10 @@ def _task_item(user: Any, task: Task, now: datetime, since: datetime) -> dict[st
     if content:
         item["args"] = task.spec.get("args")
         item["question"] = task.spec.get("question")
+        if item["kind"] == "approval":
+            # What an approval of exactly these arguments is bound to: the approver sends it back,
+            # and a call that changed meanwhile is refused (approval_stale) rather than approved.
+            item["digest"] = kernel.spec_digest(task.spec)
     return item
 
 
@@ -155,6 +171,8 @@ def _hold_item(user: Any, run: Run, now: datetime) -> dict[str, Any]:
         "reason": attention.get("reason"),
         "blocked_task_keys": attention.get("blocked_task_keys", []),
         "kinds": attention.get("kinds", []),
+        # A held child run (F14): its parent waits on it; holds have no clock, so say who waits.
+        "parent": str(run.parent_id) if run.parent_id else None,
     }
 
 
@@ -185,90 +203,3 @@ def inbox_counts(workspace: Workspace) -> dict[str, int]:
     }
     counts["all"] = sum(counts.values())
     return counts
-
-
-# ---- holds: held runs with what a repairer needs ----
-
-
-def held_runs(user: Any, workspace: Workspace, *, run_ids: list[Any] | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """Held runs, oldest hold first, each with its failed tasks and repair candidates.
-
-    Three queries whatever the page's size: the runs, their failed tasks, their traces.
-    """
-    runs_qs = Run.objects.filter(workspace=workspace, status=RunStatus.NEEDS_ATTENTION).select_related("workspace")
-    if run_ids is not None:
-        runs_qs = runs_qs.filter(pk__in=run_ids)
-    runs = list(runs_qs.order_by("held_since", "id")[:limit])
-    return hold_documents(user, runs)
-
-
-def hold_documents(user: Any, runs: list[Run]) -> list[dict[str, Any]]:
-    if not runs:
-        return []
-    ids = [r.pk for r in runs]
-    failed: dict[Any, list[Task]] = defaultdict(list)
-    for task in Task.objects.filter(run_id__in=ids, status__in=TASK_FAILED).order_by("position"):
-        failed[task.run_id].append(task)
-    traces: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    rows = (
-        TraceEvent.objects.filter(run_id__in=ids)
-        .order_by("run_id", "seq")
-        .values_list("run_id", "task_key", "event", "to_status", "error", "data")
-    )
-    for run_id, key, event, to, error, data in rows:
-        traces[run_id].append({"task": key, "event": event, "to": to, "error": error, "data": data})
-    now = timezone.now()
-    return [hold_document(user, run, failed[run.pk], repair_candidates(traces[run.pk]), now) for run in runs]
-
-
-def hold_document(user: Any, run: Run, failed_tasks: list[Task], candidates: list[str], now: datetime) -> dict[str, Any]:
-    content = can_read_content(user, run)
-    attention = run.attention or {}
-    since = run.held_since or run.updated_at
-    return {
-        "run": str(run.id),
-        "agent": run.agent_name or None,
-        "status": run.status,
-        "reason": attention.get("reason"),
-        "blocked_task_keys": attention.get("blocked_task_keys", []),
-        "kinds": attention.get("kinds", []),
-        "since": since,
-        "waited_seconds": max(0, int((now - since).total_seconds())),
-        "content_visible": content,
-        "candidates": candidates,
-        "failed": [failed_task_document(t, content, t.key in candidates) for t in failed_tasks],
-    }
-
-
-def failed_task_document(task: Task, content: bool, candidate: bool) -> dict[str, Any]:
-    failure = failures.task_failure(task.status, task.error_key, task.error_detail, content=content) or {}
-    return {
-        "key": task.key,
-        "task_kind": task.kind,
-        "status": task.status,
-        "on_failure": task.on_failure,
-        "attempt": task.attempt,
-        "error": task_error(task, content),
-        "failure": failure,
-        "failure_resolution": task.failure_resolution,
-        "kind": failure.get("kind"),
-        "retryable": failure.get("retryable"),
-        "partial": failure.get("partial"),
-        "person": failure.get("person"),
-        "declared": failure.get("declared"),
-        "candidate": candidate,
-        "compactable": candidate and task.kind == "round",
-    }
-
-
-def last_decision(run: Run, key: str) -> dict[str, Any]:
-    """Who last acted on a task and how (what a person who lost a race is told)."""
-    events = TraceEvent.objects.filter(run=run, task_key=key).order_by("-seq")
-    event = events.filter(event="verb").first() or events.exclude(actor__in=("", "worker", "model", "kernel")).first()
-    task = Task.objects.filter(run=run, key=key).only("status").first()
-    return {
-        "verb": ((event.data or {}).get("verb") or event.to_status) if event else None,
-        "actor": event.actor if event else "",
-        "at": event.at if event else None,
-        "status": task.status if task else None,
-    }

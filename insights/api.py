@@ -11,7 +11,7 @@ from pydantic import ConfigDict
 from insights import catalog as catalog_module
 from insights import search, selectors
 from runs import selectors as run_selectors
-from runs.kernel.errors import InvalidRequest, NotFound
+from runs.kernel import InvalidRequest, NotFound
 from runs.schemas import ErrorOut
 
 router = Router(tags=["insights"])

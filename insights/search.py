@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
-from runs.kernel.errors import InvalidRequest, NotFound
+from runs.kernel import InvalidRequest, NotFound
 from runs.models import Finding, Membership, TaskKind
 from runs.selectors import encode_cursor, invalid_cursor, keyset_position
 

@@ -13,9 +13,10 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
+from agents.models import Agent, AgentVersion
 from runs import failures
-from runs.kernel.errors import NotFound
-from runs.models import Agent, AgentVersion, Membership
+from runs.kernel import NotFound
+from runs.models import Membership
 
 # Without `since`, the trend shows this many days up to today; counts cover all time.
 TREND_DAYS = 30

@@ -8,12 +8,14 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from insights import search, selectors
+from console.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, workspace_context
+from insights import overview, search, selectors
 from runs import selectors as run_selectors
-from runs.kernel.errors import InvalidRequest
-from runs.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, workspace_context
+from runs.kernel import InvalidRequest
 
 CHART_VERSIONS = 5
+TIMELINE_VERSIONS, TIMELINE_KINDS = 8, 6
+TIMELINE_W, TIMELINE_LABEL_W, TIMELINE_ROW_H, TIMELINE_TOP = 640, 170, 34, 4
 CHART_W, CHART_H, CHART_PAD_L, CHART_PAD_B, CHART_PAD_T = 640, 220, 44, 26, 12
 
 
@@ -31,7 +33,7 @@ def scorecard(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
         )
     except InvalidRequest as error:
         query_error = error.detail
-    context = workspace_context(request, workspace, "runs") | {
+    context = workspace_context(request, workspace, "agents") | {
         "agent": name,
         "query": query,
         "query_error": query_error,
@@ -45,8 +47,65 @@ def scorecard(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
     for row in [v for v in card["versions"] if v["version"] is not None][:CHART_VERSIONS]:
         trend = selectors.scorecard(name, version=row["version"], workspace_ids=[workspace.pk])["trend"]
         series.append({"label": f"v{row['version']}", "points": [(p["day"], p["rate"], p["runs"]) for p in trend]})
-    context |= {"card": card, "chart": rate_chart(series)}
+    context |= {"card": card, "chart": rate_chart(series), "timeline": kind_timeline(card["versions"])}
     return fragment_or_page(request, "insights/scorecard.html", "insights/_findings.html", context)
+
+
+@require_GET
+@login_required
+@not_found_as_404
+def agents(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """Every agent of the workspace, its last 30 days per version; `?sort=` from a whitelist."""
+    workspace = run_selectors.workspace_for(request.user, slug)
+    sort = overview.sort_key(request.GET.get("sort"))
+    context = workspace_context(request, workspace, "agents") | {
+        "agents": overview.agents_overview(workspace, sort=sort),
+        "sort": sort,
+        "sort_columns": overview.SORT_COLUMNS,
+        "window_days": overview.WINDOW_DAYS,
+        "since": overview.window_start(),
+    }
+    return fragment_or_page(request, "insights/agents.html", "insights/_agents.html", context)
+
+
+def kind_timeline(versions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each kind's failure rate per version, oldest version first: one row of bars per kind
+    (the TIMELINE_KINDS commonest), so a version that made a kind rarer or commoner shows as
+    a step in that kind's row. SVG geometry only; the template styles it by classes."""
+    ordered = [v for v in reversed(versions) if v["version"] is not None][-TIMELINE_VERSIONS:]
+    totals: dict[str, int] = {}
+    for v in ordered:
+        for k in v["by_kind"]:
+            totals[k["kind"]] = totals.get(k["kind"], 0) + k["failed"]
+    kinds = [kind for kind, _ in sorted(totals.items(), key=lambda item: (-item[1], item[0]))[:TIMELINE_KINDS]]
+    if not ordered or not kinds:
+        return {"rows": [], "columns": []}
+    top = max((k["rate"] or 0) for v in ordered for k in v["by_kind"] if k["kind"] in kinds) or 1
+    slot = (TIMELINE_W - TIMELINE_LABEL_W) / len(ordered)
+    bar_h = TIMELINE_ROW_H - 8
+    columns = [
+        {"x": round(TIMELINE_LABEL_W + i * slot + slot / 2, 1), "label": f"v{v['version']}"} for i, v in enumerate(ordered)
+    ]
+    rows = []
+    for r, kind in enumerate(kinds):
+        base = TIMELINE_TOP + (r + 1) * TIMELINE_ROW_H - 4
+        bars = []
+        for i, v in enumerate(ordered):
+            hit = next((k for k in v["by_kind"] if k["kind"] == kind), None)
+            rate = (hit["rate"] or 0) if hit else 0
+            height = round(bar_h * rate / top, 1)
+            bars.append(
+                {
+                    "x": round(TIMELINE_LABEL_W + i * slot + slot * 0.2, 1),
+                    "y": round(base - height, 1),
+                    "width": round(slot * 0.6, 1),
+                    "height": height,
+                    "title": f"v{v['version']} {kind}: {hit['failed'] if hit else 0} of {v['runs']} runs ({round(rate * 100)}%)",
+                }
+            )
+        rows.append({"kind": kind, "y": round(base - bar_h / 2, 1), "base": base, "bars": bars, "series": r % 6})
+    height = TIMELINE_TOP + len(kinds) * TIMELINE_ROW_H + 18
+    return {"rows": rows, "columns": columns, "width": TIMELINE_W, "height": height, "label_y": height - 4}
 
 
 def rate_chart(series: list[dict[str, Any]]) -> dict[str, Any]:

@@ -7,41 +7,23 @@ from contextvars import ContextVar
 from functools import wraps
 from typing import Any
 
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
-from ninja.security import HttpBearer, SessionAuth
 
-from runs.kernel.errors import KernelError
-from runs.models import ApiToken
-from runs.tokens import token_digest
-
-
-def token_user(token: str) -> Any:
-    """The active user a bearer token stands for: never a revoked or expired token's."""
-    now = timezone.now()
-    row = (
-        ApiToken.objects.select_related("user")
-        .filter(digest=token_digest(token), revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .first()
-    )
-    if row is None or not row.user.is_active:
-        return None
-    ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
-    return row.user
-
-
-class BearerAuth(HttpBearer):
-    def authenticate(self, request: HttpRequest, token: str) -> Any:
-        user = token_user(token)
-        if user is not None:
-            request.user = user
-        return user
-
+from agents.api import router as agents_router
+from inbox.api import router as inbox_router
+from insights.api import router as insights_router
+from insights.catalog import openapi_failures
+from notify.api import router as notify_router
+from oz0site.auth import person_auth, token_user
+from runs.api import router as runs_router
+from runs.audit_api import router as audit_router
+from runs.executor_api.router import router as executors_router
+from runs.holds_api import router as holds_router
+from runs.kernel import KernelError
+from runs.schemas import parse_body
 
 # Who asked for the OpenAPI document: its `x-oz0-failures` lists the agents of their workspaces.
 _openapi_caller: ContextVar[Any] = ContextVar("oz0_openapi_caller", default=None)
@@ -73,10 +55,6 @@ class Oz0Api(NinjaAPI):
 
     def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None) -> Any:
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
-        try:
-            from insights.catalog import openapi_failures
-        except ImportError:
-            return schema
         kinds = openapi_failures(_openapi_caller.get())
         schema["x-oz0-failures"] = kinds
         schema["info"]["x-oz0-failures"] = kinds
@@ -88,8 +66,6 @@ class StrictJsonParser(Parser):
     payloads are refused typed (S30, S31) before any handler runs."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        from runs.kernel.validation import parse_body
-
         body = parse_body(request.body)
         request._oz0_body = body  # type: ignore[attr-defined]
         return body
@@ -101,7 +77,7 @@ api = Oz0Api(
     version="1",
     description="oz0's run engine: create runs, read their trace, and repair them.",
     urls_namespace="api",
-    auth=[BearerAuth(), SessionAuth()],
+    auth=person_auth(),
     openapi_extra={"info": {"x-oz0-failures": {}}},
     # The interactive docs load Swagger UI from the files django-ninja ships (the `ninja` app's
     # static files), never from a CDN.
@@ -143,21 +119,14 @@ def http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
     return error_response(request, key, str(error), error.status_code)
 
 
-def _register_routers() -> None:
-    from runs.api import router as runs_router
-
-    api.add_router("", runs_router)
-    from inbox.api import router as inbox_router
-
-    api.add_router("", inbox_router)
-    api.add_router("", __import__("runs.agents_api", fromlist=["router"]).router)
-    api.add_router("", __import__("runs.executors_api", fromlist=["router"]).router)
-    try:
-        from insights.api import router as insights_router
-    except ImportError:
-        pass
-    else:
-        api.add_router("", insights_router)
-
-
-_register_routers()
+for router in (
+    runs_router,
+    inbox_router,
+    agents_router,
+    executors_router,
+    insights_router,
+    holds_router,
+    notify_router,
+    audit_router,
+):
+    api.add_router("", router)

@@ -1,9 +1,24 @@
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "oz0site.settings")
 
 app = Celery("oz0")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+# The Celery adapters live in runs/worker/tasks.py (not in an app's tasks.py). Their task names
+# stay `runs.tasks.*`, the names queued messages and the beat schedule carry. notify/tasks.py: digests.
+app.autodiscover_tasks(["runs.worker", "notify"])
+
+
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def close_obsolete_connections(sender: Any = None, **kwargs: Any) -> None:
+    """Around each task, as Django around each request: drop a connection past DB_CONN_MAX_AGE or
+    left unusable (the fixup no longer closes them every task, see CELERY_DB_REUSE_MAX). An eager
+    task runs inside its caller's transaction, whose connection is not ours to close."""
+    if sender is not None and getattr(sender.request, "is_eager", False):
+        return
+    close_old_connections()

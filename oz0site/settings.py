@@ -37,10 +37,12 @@ INSTALLED_APPS = [
     # Only for its static files and templates: the API docs' Swagger UI, served from this install.
     "ninja",
     "django_htmx",
-    "template_partials",
     "runs",
+    "agents",
     "inbox",
     "insights",
+    "console",
+    "notify",
 ]
 
 MIDDLEWARE = [
@@ -121,11 +123,26 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("OZ0_VISIBILITY
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = env.str("OZ0_QUEUE", default="oz0")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Rounds of agents written in frameworks (F7) are sessions: one waits on people and tool calls
+# for as long as they take. They go to a queue of their own, served by a thread-pool worker with
+# this many slots (`./oz0 up` starts it), so waiting sessions never hold the slots the engine's
+# own rounds, tool calls and sweeps need.
+OZ0_SESSION_QUEUE = env.str("OZ0_SESSION_QUEUE", default=f"{CELERY_TASK_DEFAULT_QUEUE}.sessions")
+OZ0_SESSION_SLOTS = env.int("OZ0_SESSION_SLOTS", default=16)
+# The most of those threads one workspace's sessions hold at once; the rest wait their turn.
+OZ0_SESSION_SLOTS_PER_WORKSPACE = env.int("OZ0_SESSION_SLOTS_PER_WORKSPACE", default=8)
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "runs.tasks.sweep", "schedule": env.float("OZ0_SWEEP_SECONDS", default=2.0)},
     "worker-heartbeat": {"task": "runs.tasks.noop", "schedule": 60.0},
+    "notify-sweep": {"task": "notify.tasks.sweep", "schedule": env.float("OZ0_NOTIFY_SWEEP_SECONDS", default=30.0)},
 }
 CELERY_TASK_ALWAYS_EAGER = False
+# Celery's Django fixup (celery/fixups/django.py) closes every database connection before and
+# after each task unless this is set, whatever CONN_MAX_AGE says: a worker would open a new
+# PostgreSQL session per message. Set, the fixup closes them only every this many tasks, and
+# oz0site.celery closes old or broken connections around each task as Django does around each
+# request (close_old_connections, which honours DB_CONN_MAX_AGE). 0 restores the fixup's habit.
+CELERY_DB_REUSE_MAX = env.int("OZ0_CELERY_DB_REUSE_MAX", default=1000)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -190,8 +207,26 @@ OZ0_UNSERVED_SECONDS = env.float("OZ0_UNSERVED_SECONDS", default=60.0)
 OZ0_QUICK_BATCH = env.int("OZ0_QUICK_BATCH", default=16)
 # ...split into at least this many chunks when there are enough, so every worker gets a share.
 OZ0_QUICK_SPREAD = env.int("OZ0_QUICK_SPREAD", default=4)
+# Delegation's caps (kind `limit`): how deep a tree of child runs goes, how many children one run starts.
+OZ0_TREE_MAX_DEPTH = env.int("OZ0_TREE_MAX_DEPTH", default=4)
+OZ0_TREE_MAX_CHILDREN = env.int("OZ0_TREE_MAX_CHILDREN", default=16)
 # Beat's sweep, run by a worker of the default queue, stamps this; /healthz reads it.
 OZ0_WORKER_HEARTBEAT_KEY = env.str("OZ0_WORKER_HEARTBEAT_KEY", default=f"oz0:worker-heartbeat:{CELERY_TASK_DEFAULT_QUEUE}")
+
+# Notifications (notify/): e-mail through Django's backend (the console's by default; SMTP when
+# EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend and EMAIL_HOST...); the links in a
+# digest start with OZ0_PUBLIC_URL; webhooks to private addresses only when allowed (notify/subscriptions.py).
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=30)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="oz0 <oz0@localhost>")
+OZ0_PUBLIC_URL = env.str("OZ0_PUBLIC_URL", default="http://localhost:8000")
+OZ0_NOTIFY_PRIVATE_WEBHOOKS = env.bool("OZ0_NOTIFY_PRIVATE_WEBHOOKS", default=False)
 
 LOGGING = {
     "version": 1,

@@ -15,4 +15,6 @@ urlpatterns = [
     path("", include("inbox.urls")),
     path("", include("insights.urls")),
     path("", include("runs.urls")),
+    path("", include("console.urls")),
+    path("", include("notify.urls")),
 ]

@@ -10,14 +10,15 @@ from django.http import HttpRequest
 from ninja import Router
 
 from runs import kernel, selectors, waits
-from runs.kernel.errors import InvalidRequest, NotFound
-from runs.kernel.validation import parse_body
+from runs.kernel import InvalidRequest, NotFound
 from runs.models import EffectRecord
 from runs.permissions import can_read_content
 from runs.schemas import (
+    Appended,
     AppendIn,
     AwaitOutcomeIn,
     CreateIn,
+    DigestIn,
     EffectCount,
     ErrorOut,
     ReasonIn,
@@ -29,6 +30,8 @@ from runs.schemas import (
     TraceOut,
     ValueIn,
     WaitOut,
+    known_fields,
+    parse_body,
 )
 
 router = Router(tags=["runs"])
@@ -63,8 +66,13 @@ def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
 @router.post("/workspaces/{ws}/runs", response={201: RunCreated, **ERRORS}, summary="Create a run")
 def create_run(request: HttpRequest, ws: str, payload: CreateIn) -> tuple[int, dict[str, Any]]:
     workspace = selectors.workspace_for(request.user, ws)
-    run, receipt = kernel.create_run(workspace=workspace, user=request.user, body=body_of(request))
-    return 201, {"run": _document(request, run), "receipt": receipt}
+    # Standing first, as the kernel checks it: a reader's unknown field still answers 403.
+    kernel.require_write(request.user, workspace.pk)
+    known_fields(body_of(request), CreateIn)
+    body = body_of(request)
+    run, receipt = kernel.create_run(workspace=workspace, user=request.user, body=body)
+    document = _document(request, run)
+    return 201, {"run": document, "receipt": _receipt(receipt, body, document["last_seq"])}
 
 
 @router.get("/workspaces/{ws}/runs", response={200: RunPage, **ERRORS}, summary="List a workspace's runs")
@@ -81,11 +89,28 @@ def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return selectors.run_document(request.user, run)
 
 
-@router.post("/runs/{run_id}/append", response={200: RunCreated, **ERRORS}, summary="Append tasks (S17)")
+@router.post("/runs/{run_id}/append", response={200: Appended, **ERRORS}, summary="Append tasks (S17)")
 def append(request: HttpRequest, run_id: str, payload: AppendIn) -> dict[str, Any]:
+    """Answers a receipt and the run's summary, not the whole run document: a client building a run
+    of thousands of tasks in appends of 64 would otherwise download the run again on every call
+    (quadratic in the run's size). `links.run` is the document, `links.wait` what follows."""
     selectors.run_for(request.user, run_id)
-    run, receipt = kernel.append(run_id=run_id, user=request.user, body=body_of(request))
-    return {"run": _document(request, run), "receipt": receipt}
+    body = body_of(request)
+    known_fields(body, AppendIn)
+    run, receipt = kernel.append(run_id=run_id, user=request.user, body=body)
+    run = selectors.run_for(request.user, run.pk)
+    seq = run.last_seq
+    return {
+        "run": selectors.run_summary(run, can_read_content(request.user, run)),
+        "receipt": _receipt(receipt, body, seq),
+        "links": {"run": f"/api/v1/runs/{run.pk}", "wait": f"/api/v1/runs/{run.pk}/wait?after={seq}"},
+    }
+
+
+def _receipt(receipt: dict[str, Any], body: dict[str, Any], seq: int) -> dict[str, Any]:
+    """The kernel's receipt (await tokens) with the keys the request added, in its order, and the
+    run's trace seq once the request committed: its events are at or below it."""
+    return {**receipt, "keys": [str(t["key"]) for t in body.get("tasks") or []], "seq": seq}
 
 
 @router.get("/runs/{run_id}/trace", response={200: TraceOut, **ERRORS}, by_alias=True, summary="The run's trace, oldest first")
@@ -146,8 +171,10 @@ def compact(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
 
 
 @router.post("/runs/{run_id}/tasks/{key}/approve", response={200: RunOnly, **ERRORS}, summary="Approve a tool call (S5, S6)")
-def approve(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
-    return _verb(request, run_id, kernel.approve, key=key)
+def approve(request: HttpRequest, run_id: str, key: str, payload: DigestIn | None = None) -> dict[str, Any]:
+    """Given the `digest` the approver saw (the inbox item's), a call that changed since answers
+    409 `approval_stale` and nothing changes."""
+    return _verb(request, run_id, kernel.approve, key=key, digest=body_fields(request).get("digest"))
 
 
 @router.post("/runs/{run_id}/tasks/{key}/deny", response={200: RunOnly, **ERRORS}, summary="Deny a tool call (S5, S6)")

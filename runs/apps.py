@@ -9,10 +9,24 @@ class RunsConfig(AppConfig):
         from django.conf import settings
         from django.db.models.signals import post_delete, post_save
 
-        from runs import membership
+        from runs import kernel, membership
         from runs.models import Membership
+        from runs.worker.tasks import execute_batch, execute_session, execute_task
 
         # Live sockets re-check membership when a user's stamp moved (runs.consumers).
         for signal in (post_save, post_delete):
             signal.connect(membership.membership_changed, sender=Membership, dispatch_uid=f"oz0-membership-{signal}")
             signal.connect(membership.user_changed, sender=settings.AUTH_USER_MODEL, dispatch_uid=f"oz0-user-{signal}")
+
+        def send(task_ids: list[int], chunks: list[list[int]], run_id: str | None, sessions: list[int]) -> None:
+            """The kernel's sends, after its commit: one message per task, one per chunk of quick
+            calls, one per session on the session workers' queue (see kernel.Sender)."""
+            for task_id in task_ids:
+                execute_task.delay(task_id, run_id)
+            for chunk in chunks:
+                execute_batch.delay(chunk, run_id)
+            for task_id in sessions:
+                execute_session.apply_async((task_id, run_id), queue=settings.OZ0_SESSION_QUEUE)
+
+        # The kernel does not import Celery: it sends ready work through this port.
+        kernel.install_sender(send)

@@ -5,9 +5,11 @@ SPEC.md's decision tables live here and nowhere else (F1, F9, F10).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from runs.models import TASK_FAILED
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,25 @@ ERROR_KEY_KINDS: dict[str, str] = {
             "too_many_reads",
             "too_many_steps",
             "content_items_too_many",
+            "tree_too_deep",
+            "too_many_children",
         ),
         "limit",
     ),
     "attempt_budget_spent": "budget",
-    **dict.fromkeys(("missing_input", "payload_too_large", "nul_byte", "exponent_number", "invalid_input"), "invalid_input"),
     **dict.fromkeys(
-        ("input_source_unavailable", "model_capability_unavailable", "executor_revoked", "tool_not_served", "unknown_tool"),
+        ("missing_input", "payload_too_large", "nul_byte", "exponent_number", "invalid_input", "child_output_invalid"),
+        "invalid_input",
+    ),
+    **dict.fromkeys(
+        (
+            "input_source_unavailable",
+            "model_capability_unavailable",
+            "executor_revoked",
+            "tool_not_served",
+            "unknown_tool",
+            "agent_unavailable",
+        ),
         "unavailable",
     ),
     "tool_failed": "tool_failed",
@@ -91,6 +105,14 @@ ERROR_KEY_KINDS: dict[str, str] = {
     "run_canceled": "cancelled",
     "join_loser_canceled": "cancelled",
     "await_failed": "error",
+    # A skipped flow step is not a failure; were it read as one, the engine chose not to run it.
+    "condition_false": "cancelled",
+    # A child_failed task carries its child's failure as its own (settling reads it); this is the
+    # kind only for a task whose result lost that failure.
+    "child_failed": "error",
+    # A harness (F7) that is not installed is unavailable; one that crashed or spoke garbage is an error.
+    "harness_unavailable": "unavailable",
+    **dict.fromkeys(("harness_crashed", "harness_protocol_error"), "error"),
 }
 
 # The seed's error key table (S22): every key with its meaning.
@@ -120,9 +142,36 @@ ERROR_KEYS: dict[str, str] = {
     "approval_denied": "A person denied the tool call",
     "approval_expired": "Nobody decided the tool call before the park clock ran out",
     "tool_not_served": "No executor serves the tool",
+    "harness_unavailable": "The agent's harness (its framework, package or program) is not installed here",
+    "harness_crashed": "The agent's harness process or framework ended without finishing its job",
+    "harness_protocol_error": "The agent's harness said something its protocol does not allow",
+    "child_failed": "The delegate task's child run failed; the task carries the child's failure as its own",
+    "child_output_invalid": "A quarantined child's answer did not match the task's output_schema",
+    "tree_too_deep": "A delegate task would start a child deeper than the tree's depth cap",
+    "too_many_children": "A delegate task would start more children than a run may have",
+    "agent_unavailable": "A delegate task names no agent of the run's workspace",
+    "condition_false": "A flow step's `when:` guard was false: the step was skipped",
 }
 
-FAILED_TASK_STATUSES = frozenset({"failed", "timed_out", "uncertain"})
+# A delegate task whose child failed carries the child's failure (kind, flags, declared) as its
+# own (F14), kept in its result; the error-key table does not decide its kind.
+CHILD_FAILED_ERROR_KEY = "child_failed"
+FAILURE_FIELDS = ("kind", "retryable", "partial", "person", "message", "declared")
+
+
+def child_failure_of(result: dict[str, Any] | None, *, content: bool) -> dict[str, Any] | None:
+    """The child's failure a `child_failed` delegate task carries; its words only for a reader the
+    content is open to (the child has the parent's workspace, creator and privacy)."""
+    failure = (result or {}).get("failure")
+    if not isinstance(failure, dict) or "kind" not in failure:
+        return None
+    shown = {name: failure.get(name) for name in FAILURE_FIELDS}
+    if not content:
+        shown["message"] = None
+    return shown
+
+
+FAILED_TASK_STATUSES = frozenset(TASK_FAILED)
 
 # The platform's own texts, which stay readable for everyone (F11).
 PLATFORM_TEXTS = frozenset({"canceled", "terminated", "timed out"})
@@ -155,6 +204,11 @@ def declared_failure(declaration: dict[str, Any], message: str | None) -> dict[s
     }
 
 
+# A round that ended the run with oz.fail fails with this key; its failure is the run's (the
+# agent's declared kind, or undeclared), not the error-key table's.
+OZ_FAIL_ERROR_KEY = "oz_fail"
+
+
 def task_failure(status: str, error_key: str | None, detail: str | None, *, content: bool) -> dict[str, Any] | None:
     """A failed, timed-out or uncertain task's failure: its error key's kind with the kind's flags,
     and its detail as the message for a reader the content is open to (F10, F11). Every surface
@@ -164,9 +218,35 @@ def task_failure(status: str, error_key: str | None, detail: str | None, *, cont
     return platform_failure(kind_for_error_key(error_key), detail if content else None)
 
 
-def kinds_of(error_keys: Iterable[str | None]) -> list[str]:
-    """The distinct kinds of some error keys, in their order: what a hold holds on."""
-    return list(dict.fromkeys(kind_for_error_key(key) for key in error_keys))
+def step_failure(
+    status: str,
+    error_key: str | None,
+    detail: str | None,
+    *,
+    content: bool,
+    run_failure: dict[str, Any] | None,
+    result: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """task_failure, except that the round that called oz.fail carries the run's failure: the
+    kind and flags the agent chose, and its words only for a reader the content is open to; and a
+    delegate task whose child failed carries the child's failure the same way."""
+    if status in FAILED_TASK_STATUSES and error_key == OZ_FAIL_ERROR_KEY and run_failure:
+        return {**run_failure, "message": run_failure.get("message") if content else None}
+    if status in FAILED_TASK_STATUSES and error_key == CHILD_FAILED_ERROR_KEY:
+        carried = child_failure_of(result, content=content)
+        if carried is not None:
+            return carried
+    return task_failure(status, error_key, detail, content=content)
+
+
+def task_kind(error_key: str | None, result: Mapping[str, Any] | None) -> str:
+    """A failed task's kind: its error key's, except a `child_failed` delegate task's, which is the
+    kind of the child's failure it carries (F14)."""
+    if error_key == CHILD_FAILED_ERROR_KEY:
+        carried = child_failure_of(dict(result) if result else None, content=False)
+        if carried is not None:
+            return str(carried["kind"])
+    return kind_for_error_key(error_key)
 
 
 def fixed_sentence(kind: str) -> str:

@@ -1,4 +1,4 @@
-"""The run store: workspaces, agents, runs, tasks and the append-only trace.
+"""The run store: workspaces, runs, tasks and the append-only trace (agents live in `agents.models`).
 
 Only `runs.kernel` writes `status` fields; everything else reads through
 selectors. Indexes below are chosen for the kernel's hot queries (ready and
@@ -14,7 +14,8 @@ import uuid
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.fields.json import KT
 
 
 class Role(models.TextChoices):
@@ -61,37 +62,6 @@ class ApiToken(models.Model):
         return f"token {self.label or self.pk} of {self.user_id}"
 
 
-class Agent(models.Model):
-    """An agent belongs to one workspace: its operators register its versions, and runs of that
-    workspace name it. Another workspace may have an agent of the same name; they are unrelated."""
-
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agents")
-    name = models.CharField(max_length=100)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="agent_unique_name_per_workspace")]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class AgentVersion(models.Model):
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
-    version = models.PositiveIntegerField()
-    manifest_text = models.TextField()
-    manifest = models.JSONField()
-    digest = models.CharField(max_length=64)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agent_version_unique")]
-        ordering = ["agent", "-version"]
-
-    def __str__(self) -> str:
-        return f"{self.agent.name}@{self.version}"
-
-
 class RunStatus(models.TextChoices):
     PENDING = "pending"
     RUNNING = "running"
@@ -102,13 +72,19 @@ class RunStatus(models.TextChoices):
     CANCELED = "canceled"
 
 
+# The status groups, defined once beside the statuses (the kernel's graph rules and the
+# index below read them; models cannot import the kernel, which imports them).
 RUN_FINISHED = (RunStatus.COMPLETED, RunStatus.CANCELED)
+# A run that still takes appends and verbs.
+RUN_OPEN = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.NEEDS_ATTENTION)
+# A run whose queued work may be taken and whose quiescence is judged.
+RUN_WORKING = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION)
 
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="runs")
-    agent_version = models.ForeignKey(AgentVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    agent_version = models.ForeignKey("agents.AgentVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     agent_name = models.CharField(max_length=100, blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     private = models.BooleanField(default=False)
@@ -131,6 +107,14 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # Set when a hold starts, cleared when it is released: time-to-repair reads it.
     held_since = models.DateTimeField(null=True, blank=True)
+    # A child run (F14-F16): the run and the delegate task that started it, and how deep in the
+    # tree it is (a root is 0). The parent's side is Task.child.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    parent_task_key = models.CharField(max_length=200, blank=True, default="")
+    depth = models.PositiveSmallIntegerField(default=0)
+    # Another agent's words reached this run without the labels a tool's answer gives them (a flow
+    # template, or a tainted parent's input): its model-composed calls always wait for a person (F15).
+    tainted = models.BooleanField(default=False)
 
     class Meta:
         indexes = [
@@ -170,6 +154,8 @@ class TaskStatus(models.TextChoices):
 TASK_LIVE = ("needs_approval", "running", "dispatched", "awaiting_input")
 TASK_SETTLED = ("completed", "failed", "canceled", "timed_out", "uncertain", "skipped")
 TASK_FAILED = ("failed", "timed_out", "uncertain")
+# A person decides these (an approval, an answer): they are announced and stamped on the run.
+TASK_ASKING = ("needs_approval", "awaiting_input")
 
 
 class OnFailure(models.TextChoices):
@@ -205,6 +191,9 @@ class Task(models.Model):
     cancel_requested = models.BooleanField(default=False)
     # The SHA-256 of a client await's bearer proof (S8); the proof itself rode out in the receipt only.
     resolution_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # The digest (SHA-256 of tool + args) a model-composed call was approved for, by a person or a
+    # rule; the call runs only while its arguments still hash to it (runs.kernel.approvals).
+    approved_digest = models.CharField(max_length=64, null=True, blank=True)
     # The key of the failure that made this task skipped (a retry revives its skips).
     skipped_by = models.CharField(max_length=200, null=True, blank=True)
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -213,6 +202,8 @@ class Task(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     position = models.PositiveIntegerField(default=0)
+    # A delegate task's child run (its latest one: a retry starts another); Run.parent is the other side.
+    child = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="task_unique_key")]
@@ -230,9 +221,7 @@ class Task(models.Model):
             models.Index(fields=["queued_at"], name="task_queued", condition=Q(status="waiting", ready=True)),
             models.Index(fields=["deadline_at"], name="task_deadline", condition=Q(deadline_at__isnull=False)),
             # The inbox: what waits on a person, newest-first per workspace via the run.
-            models.Index(
-                fields=["status", "queued_at"], name="task_person", condition=Q(status__in=("needs_approval", "awaiting_input"))
-            ),
+            models.Index(fields=["status", "queued_at"], name="task_person", condition=Q(status__in=TASK_ASKING)),
             models.Index(fields=["run", "position"], name="task_run_position"),
         ]
 
@@ -274,7 +263,14 @@ class TraceEvent(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="trace_unique_seq")]
-        indexes = [models.Index(fields=["run", "task_key", "seq"], name="trace_run_task")]
+        indexes = [
+            models.Index(fields=["run", "task_key", "seq"], name="trace_run_task"),
+            # The audit trail (runs/audit.py) reads people's verbs newest first: a small index over
+            # those rows only, instead of a scan of every event of every run.
+            models.Index(fields=["-at", "-id"], name="trace_audit_at", condition=Q(event__in=["verb", "appended"])),
+            # Filtered by verb: the expression also gives the planner statistics on `data->>'verb'`.
+            models.Index(KT("data__verb"), F("at").desc(), F("id").desc(), name="trace_audit_verb", condition=Q(event="verb")),
+        ]
         ordering = ["seq"]
 
     def __str__(self) -> str:

@@ -1,12 +1,72 @@
-"""Typed shapes of the JSON API for the OpenAPI document (API.md). Shapes may grow, so
-every output schema allows extra fields."""
+"""Typed shapes of the JSON API for the OpenAPI document (API.md), and how a request body is read.
+Shapes may grow, so every output schema allows extra fields.
+
+A body is parsed once (`parse_body`, by the API's parser), refusing what the row store cannot
+hold (S30, S31): a number's form is judged on the text the client sent, never on Python's `repr`
+of the float it became (`0.00001` is a plain decimal even though `repr(1e-05)` is not).
+"""
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from ninja import Schema
 from pydantic import ConfigDict, Field
+
+from runs.kernel import MAX_DEPTH, MAX_PAYLOAD_BYTES, InvalidRequest, KernelError, check_storable
+
+
+class PayloadTooLarge(KernelError):
+    status = 413
+
+
+def _reject_exponent(literal: str) -> float:
+    # The literal is the client's own text: `0.00001` passes though its float's repr is 1e-05.
+    if "e" in literal or "E" in literal:
+        raise InvalidRequest("exponent_number", f"the number {literal} is in exponent form, which the row store cannot hold")
+    number = float(literal)
+    if not math.isfinite(number):
+        raise InvalidRequest("invalid_number", f"the number {literal[:40]}... is too large to hold")
+    return number
+
+
+def _reject_constant(name: str) -> float:
+    raise InvalidRequest("invalid_number", f"{name} is not a number the row store can hold")
+
+
+def parse_body(raw: bytes) -> Any:
+    """Parse a JSON request body, refusing what the row store cannot hold (S30, S31)."""
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise PayloadTooLarge("payload_too_large", f"the body is {len(raw)} bytes; the cap is {MAX_PAYLOAD_BYTES}")
+    if not raw.strip():
+        return {}
+    try:
+        text = raw.decode("utf-8")
+        body = json.loads(text, parse_float=_reject_exponent, parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise InvalidRequest("invalid_json", "the body is not UTF-8") from None
+    except json.JSONDecodeError as error:
+        raise InvalidRequest(
+            "invalid_json", f"the body is not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise InvalidRequest("too_deep", f"the body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:
+        # An integer of more digits than Python converts (4,300).
+        raise InvalidRequest("invalid_number", f"the body holds a number that cannot be read: {error}") from None
+    check_storable(body)
+    return body
+
+
+def known_fields(body: Any, schema: type[Schema]) -> None:
+    """Refuse a request object's fields its schema does not name: a typo is never ignored silently."""
+    if isinstance(body, Mapping):
+        unknown = set(body) - set(schema.model_fields)
+        if unknown:
+            raise InvalidRequest("unknown_field", f"unknown field(s): {', '.join(sorted(unknown))}")
 
 
 class Open(Schema):
@@ -38,11 +98,21 @@ class TaskIn(Open):
     timeout_s: float | None = None
     mode: Literal["all", "any", "quorum"] | None = None
     quorum: int | None = None
+    # delegate: a child run of `agent` with `input`, read as `via` says (F14-F16).
+    agent: str | None = None
+    input: Any = None
+    via: Literal["delegate", "ask", "flow", "quarantine"] | None = None
+    output_schema: dict[str, Any] | None = None
+    # a guard over settled sources (F17): `steps.<key>.output|failure|status ...`; false skips the task
+    when: str | None = None
 
 
 class ApprovalRule(Schema):
     tool: str
     decision: Literal["allow", "deny"]
+    # {"args.<path>": {"equals"|"prefix"|"one_of": value}}: checked by runs.kernel.approvals.
+    when: dict[str, dict[str, Any]] | None = None
+    name: str | None = None
 
 
 class ApprovalIn(Schema):
@@ -71,6 +141,10 @@ class AppendIn(Schema):
 
 class ReasonIn(Schema):
     reason: str = ""
+
+
+class DigestIn(Schema):
+    digest: str | None = None
 
 
 class ValueIn(Schema):
@@ -125,6 +199,25 @@ class TaskOut(Open):
     failure: Failure | None = None
     failure_resolution: str | None = None
     result: dict[str, Any] | None = None
+    # A delegate task's latest child run: {id, status}.
+    child: dict[str, Any] | None = None
+    # Authored by a model (a round's call: it passes the approval stage, S4-S6), and its round's lineage.
+    composed: bool = False
+    lineage: str = ""
+    # What the task does (its tool and args, agent and input, ...): whole for readers the content is
+    # open to; for the others only its structure (tool, model, mode, quorum, agent, via).
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChildOut(Schema):
+    """A child run (a delegate task's): status, kind and flags; words only for content readers."""
+
+    id: str
+    task: str
+    agent: str | None = None
+    status: str
+    depth: int
+    failure: Failure | None = None
 
 
 class RunOut(Open):
@@ -140,6 +233,22 @@ class RunOut(Open):
     error: str | None = None
     failure: Failure | None = None
     tasks: list[TaskOut]
+    # Delegation (F14-F16): the run that started this one, and the runs this one started.
+    parent: str | None = None
+    parent_task: str | None = None
+    children: list[ChildOut] = Field(default_factory=list)
+    # Another agent's words reached this run without their labels (F15): its composed calls wait for a person.
+    tainted: bool = False
+    depth: int = 0
+    # The run's input, for readers its content is open to (`content_visible`); null for the others.
+    input: Any = None
+    content_visible: bool = False
+    private: bool = False
+    usage: dict[str, int] = Field(default_factory=dict)
+    created_at: str | None = None
+    updated_at: str | None = None
+    finished_at: str | None = None
+    last_seq: int = 0
 
 
 class RunSummaryOut(Open):
@@ -152,6 +261,32 @@ class RunSummaryOut(Open):
 
 class Receipt(Schema):
     tokens: dict[str, str]
+    # The task keys the request added (in its order), and the run's trace seq once it committed.
+    keys: list[str] = Field(default_factory=list)
+    seq: int = 0
+
+
+class RunSummary(Open):
+    id: str
+    workspace: str
+    status: str
+    attention: Attention | None = None
+    failure: Failure | None = None
+    deliverable: str | None = None
+    last_seq: int
+
+
+class AppendLinks(Schema):
+    run: str
+    wait: str
+
+
+class Appended(Schema):
+    """An append's answer: the run's summary (no tasks), the receipt, and where to read on."""
+
+    run: RunSummary
+    receipt: Receipt
+    links: AppendLinks
 
 
 class RunCreated(Schema):

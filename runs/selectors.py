@@ -20,8 +20,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from runs import failures
-from runs.kernel.errors import InvalidRequest, NotFound
-from runs.kernel.graph import repair_candidates
+from runs.kernel import InvalidRequest, NotFound, repair_candidates_of
 from runs.models import Membership, Run, Task, TraceEvent, Workspace
 from runs.permissions import can_read_content, role_of
 
@@ -57,6 +56,18 @@ STRUCTURAL_DATA_KEYS = frozenset(
         "finish",
         "kinds",
         "exception",
+        # Delegation (F12): a child's id, its parent, status, kind and flags; never its words.
+        "child",
+        "parent",
+        "parent_task",
+        "via",
+        "depth",
+        "steps",
+        "retryable",
+        "partial",
+        "person",
+        "declared",
+        "decided",
     }
 )
 
@@ -88,10 +99,10 @@ def task_error(task: Task, content: bool) -> dict[str, Any] | None:
     return error if content else failures.redact_task_error(error)
 
 
-def task_document(task: Task, content: bool) -> dict[str, Any]:
+def task_document(task: Task, content: bool, run_failure: dict[str, Any] | None = None) -> dict[str, Any]:
     result = task.result
     if not content and result is not None:
-        result = {k: v for k, v in result.items() if k in ("model_change", "usage", "route")}
+        result = {k: v for k, v in result.items() if k in ("model_change", "usage", "route", "child", "agent", "via")}
         if isinstance(result.get("model_change"), dict):
             # A refusal's category is the classifier's reading of the words: the same allowlist as the trace's.
             result["model_change"] = {k: v for k, v in result["model_change"].items() if k in STRUCTURAL_DATA_KEYS}
@@ -105,14 +116,18 @@ def task_document(task: Task, content: bool) -> dict[str, Any]:
         "lineage": task.lineage,
         "composed": task.composed,
         "error": task_error(task, content),
-        "failure": failures.task_failure(task.status, task.error_key, task.error_detail, content=content),
+        "failure": failures.step_failure(
+            task.status, task.error_key, task.error_detail, content=content, run_failure=run_failure, result=task.result
+        ),
         "failure_resolution": task.failure_resolution,
         "result": result,
     }
     if content:
         doc["spec"] = {k: v for k, v in task.spec.items() if k != "script"}
     else:
-        doc["spec"] = {k: v for k, v in task.spec.items() if k in ("tool", "model", "mode", "quorum", "fallback_models")}
+        doc["spec"] = {
+            k: v for k, v in task.spec.items() if k in ("tool", "model", "mode", "quorum", "fallback_models", "agent", "via")
+        }
     return doc
 
 
@@ -134,6 +149,12 @@ def run_summary(run: Run, content: bool) -> dict[str, Any]:
         "updated_at": run.updated_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "last_seq": run.last_seq,
+        # Delegation: the parent run and the delegate task that started this one (F14).
+        "parent": str(run.parent_id) if run.parent_id else None,
+        "parent_task": run.parent_task_key or None,
+        "depth": run.depth,
+        # Another agent's words reached this run unlabelled (F15): its composed calls wait for a person.
+        "tainted": run.tainted,
     }
 
 
@@ -144,9 +165,37 @@ def run_document(user: Any, run: Run, tasks: Iterable[Task] | None = None) -> di
     doc["output"] = run.output if content else None
     doc["input"] = run.input if content else None
     doc["content_visible"] = content
-    doc["tasks"] = [task_document(t, content) for t in rows]
+    doc["tasks"] = [task_document(t, content, run.failure) for t in rows]
     doc["usage"] = billed_usage(rows)
+    doc["children"] = children_of(run, content)
+    # A delegate task names its (latest) child and that child's status: the graph draws it.
+    statuses = {child["id"]: child["status"] for child in doc["children"]}
+    for task, task_doc in zip(rows, doc["tasks"], strict=True):
+        if task.child_id is not None and str(task.child_id) in statuses:
+            task_doc["child"] = {"id": str(task.child_id), "status": statuses[str(task.child_id)]}
     return doc
+
+
+def children_of(run: Run, content: bool) -> list[dict[str, Any]]:
+    """A run's child runs (delegate tasks' children), oldest first: status, kind and flags, never
+    the child's words (F12, F15: a quarantined child's message must not reach its parent's
+    document); the child's own document has them for those who may read it."""
+    rows = (
+        Run.objects.filter(parent=run)
+        .order_by("created_at")
+        .values("id", "parent_task_key", "agent_name", "status", "failure", "depth")
+    )
+    return [
+        {
+            "id": str(row["id"]),
+            "task": row["parent_task_key"],
+            "agent": row["agent_name"] or None,
+            "status": row["status"],
+            "depth": row["depth"],
+            "failure": failures.redact_failure(row["failure"]),
+        }
+        for row in rows
+    ]
 
 
 def billed_usage(tasks: Iterable[Task]) -> dict[str, int]:
@@ -190,8 +239,7 @@ def trace_documents(user: Any, run: Run, *, after: int = 0, limit: int | None = 
 
 def candidates(run: Run) -> list[str]:
     """Retry/abandon candidates, computed from the trace by the kernel's own rule (S15, S16)."""
-    rows = TraceEvent.objects.filter(run=run).order_by("seq").values_list("task_key", "event", "to_status", "error", "data")
-    return repair_candidates({"task": k, "event": e, "to": t, "error": err, "data": d} for k, e, t, err, d in rows)
+    return repair_candidates_of([run.pk])[run.pk]
 
 
 # ---- lists with keyset paging ----

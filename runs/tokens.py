@@ -2,7 +2,7 @@
 
 Only a token's SHA-256 is stored, with its first characters as a hint a person recognizes it by;
 the token itself is shown once, when it is issued. A revoked or expired token authenticates
-nobody (`oz0site.api.token_user`).
+nobody (`oz0site.auth.token_user`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from runs.kernel.errors import Conflict, InvalidRequest, NotFound
+from runs.kernel import Conflict, InvalidRequest, NotFound
 from runs.models import ApiToken
 
 HINT_LENGTH = 6

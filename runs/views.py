@@ -1,92 +1,31 @@
-"""The console's run pages and every verb a person can use on a run.
+"""The console's run pages: the workspace chooser, the runs list and the run page.
 
-Views are short: resolve the object through a selector (a non-member gets 404),
-check write standing for verbs, call one kernel function, render. A verb the kernel
-refuses because someone else got there first (`Conflict`) is told to the person as
-what happened, never as an error page.
+Views are short: resolve the object through a selector (a non-member gets 404), render
+through the console's shared helpers. The run page is cut into regions (header, waiting
+cards, graph, tasks, trace), one template each, used alike by the page, the htmx answer and
+the live refresh; the live refresh sends only what changed: the regions when they differ
+from what the browser shows (else 204) and the trace events after the last one it has.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.utils.cache import patch_vary_headers
-from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
-from django_htmx.middleware import HtmxDetails
+from django.template.loader import render_to_string
+from django.views.decorators.http import require_GET
 
-from inbox import selectors as inbox_selectors
+from console.holds import hold_documents
+from console.views import HtmxHttpRequest, fragment_or_page, live_fragment, not_found_as_404, wants_fragment, workspace_context
+from inbox.selectors import waiting_items
 from runs import kernel, selectors
-from runs.kernel.errors import Conflict, KernelError, NotFound
-from runs.kernel.validation import parse_body
-from runs.models import RUN_FINISHED, Run, Workspace
-from runs.permissions import has_write_standing, role_of
+from runs.models import RUN_FINISHED, TASK_FAILED, TraceEvent
 
 RUN_STATUS_FILTERS = ("running", "needs_attention", "paused", "pending", "canceling", "completed", "canceled")
-TASK_VERBS: dict[str, str] = {
-    "approve": "Approved",
-    "deny": "Denied",
-    "answer": "Answered",
-    "retry": "Retried",
-    "abandon": "Abandoned",
-    "compact": "Compacting",
-}
-RUN_VERBS: dict[str, str] = {"cancel": "Canceling", "pause": "Paused", "resume": "Resumed", "append": "Appended"}
 TRACE_LIMIT = 2000
-PAST_TENSE = {
-    "approve": "approved",
-    "deny": "denied",
-    "retry": "retried",
-    "abandon": "abandoned",
-    "compact": "compacted",
-    "cancel": "canceled",
-    "completed": "answered",
-}
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
-def not_found_as_404(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """A selector's NotFound (a missing object or a non-member) is the console's 404."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return view(request, *args, **kwargs)
-        except NotFound as error:
-            raise Http404(error.detail) from None
-
-    return wrapper
-
-
-def fragment_or_page(request: HtmxHttpRequest, page: str, fragment: str, context: dict[str, Any]) -> HttpResponse:
-    """One URL answers the full page and, for htmx, the fragment the page includes."""
-    wants_fragment = bool(request.htmx) and not request.htmx.boosted
-    response = render(request, fragment if wants_fragment else page, context)
-    patch_vary_headers(response, ("HX-Request",))
-    return response
-
-
-def workspace_context(request: HttpRequest, workspace: Workspace, section: str) -> dict[str, Any]:
-    """What the layout needs: the switcher, the role, whether buttons show, the live socket."""
-    role = role_of(request.user, workspace.pk)
-    return {
-        "workspace": workspace,
-        "memberships": selectors.workspaces_of(request.user),
-        "role": role,
-        "can_write": has_write_standing(request.user, workspace.pk),
-        "section": section,
-        "live_path": f"/ws/workspaces/{workspace.slug}/",
-    }
+SEQ_MAX = 2**63 - 1
 
 
 @login_required
@@ -115,7 +54,7 @@ def runs_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         page = selectors.runs_page(
             request.user, workspace, status=status, agent=agent, cursor=request.GET.get("cursor"), limit=50
         )
-    except KernelError:
+    except kernel.KernelError:
         page = {"count": 0, "items": [], "next": None}
     context = workspace_context(request, workspace, "runs") | {
         "page": page,
@@ -124,179 +63,63 @@ def runs_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "statuses": RUN_STATUS_FILTERS,
         "more": bool(request.GET.get("cursor")),
     }
-    # "Load more" appends rows; the live refresh replaces the table with its count.
-    fragment = "runs/_run_rows.html" if context["more"] else "runs/_runs_table.html"
-    return fragment_or_page(request, "runs/runs.html", fragment, context)
-
-
-@require_GET
-@login_required
-@not_found_as_404
-def holds(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    workspace = selectors.workspace_for(request.user, slug)
-    context = workspace_context(request, workspace, "holds") | {"holds": inbox_selectors.held_runs(request.user, workspace)}
-    return fragment_or_page(request, "runs/holds.html", "runs/_holds.html", context)
+    if context["more"] and wants_fragment(request):  # "Load more" appends rows
+        return fragment_or_page(request, "runs/runs.html", "runs/_run_rows.html", context)
+    # The live refresh replaces the table with its count.
+    return live_fragment(request, "runs/runs.html", "runs/_runs_table.html", context)
 
 
 @require_GET
 @login_required
 @not_found_as_404
 def run_detail(request: HtmxHttpRequest, run_id: Any) -> HttpResponse:
+    after = trace_position(request.GET.get("after"))
+    if after is None:
+        return HttpResponseBadRequest("`after` is the seq of a trace event: a whole number from 0")
     run = selectors.run_for(request.user, run_id)
     doc = selectors.run_document(request.user, run)
-    trace = selectors.trace_documents(request.user, run, limit=TRACE_LIMIT)
     repair = None
-    if run.status not in RUN_FINISHED and any(t["status"] in ("failed", "timed_out", "uncertain") for t in doc["tasks"]):
-        repair = inbox_selectors.hold_documents(request.user, [run])[0]
+    if run.status not in RUN_FINISHED and any(t["status"] in TASK_FAILED for t in doc["tasks"]):
+        repair = hold_documents(request.user, [run])[0]
     context = workspace_context(request, run.workspace, "runs") | {
         "run": run,
         "doc": doc,
-        "trace": trace,
-        "trace_truncated": len(trace) >= TRACE_LIMIT,
         "repair": repair,
-        "waiting": [t for t in doc["tasks"] if t["status"] in ("needs_approval", "awaiting_input")],
+        "waiting": waiting_items(request.user, run),
         "model_changes": [
             (t["key"], t["result"]["model_change"]) for t in doc["tasks"] if (t["result"] or {}).get("model_change")
         ],
         "finished": run.status in RUN_FINISHED,
         "live_path": f"/ws/runs/{run.pk}/",
     }
-    return fragment_or_page(request, "runs/run.html", "runs/_run_body.html", context)
+    if wants_fragment(request):
+        later, after = trace_after(request, run, after)
+        return live_fragment(request, "runs/run.html", "runs/_run_live.html", context, state={"after": after}, extra=later)
+    trace = selectors.trace_documents(request.user, run, limit=TRACE_LIMIT)
+    after = trace[-1]["seq"] if trace else 0
+    context |= trace_context(trace, shown=len(trace))
+    return live_fragment(request, "runs/run.html", "runs/_run_live.html", context, state={"after": after})
 
 
-# ---- verbs ----
+def trace_position(value: str | None) -> int | None:
+    """The `after` of a trace request: absent is 0; anything but a whole number a seq can be is None."""
+    if value is None:
+        return 0
+    if not (value.isascii() and value.isdigit()) or len(value) > 19 or int(value) > SEQ_MAX:
+        return None
+    return int(value)
 
 
-def _back(request: HttpRequest, run: Run) -> str:
-    target = request.POST.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
-        return target
-    return reverse("run", args=[run.pk])
+def trace_context(trace: list[dict[str, Any]], *, shown: int) -> dict[str, Any]:
+    return {"trace": trace, "shown": shown, "trace_truncated": shown >= TRACE_LIMIT}
 
 
-def _outcome(request: HtmxHttpRequest, run: Run, *, ok: bool, title: str, detail: str) -> HttpResponse:
-    """For htmx: a toast plus a signal that makes every live fragment on the page refresh.
-    Without JavaScript: a flash message and a redirect back."""
-    if request.htmx:
-        response = render(request, "console/_toast.html", {"ok": ok, "title": title, "detail": detail, "run": run})
-        response["HX-Trigger"] = "oz0:changed"
-        return response
-    messages.add_message(request, messages.SUCCESS if ok else messages.WARNING, f"{title}: {detail}")
-    return redirect(_back(request, run))
-
-
-def _refused(request: HtmxHttpRequest, run: Run, key: str | None, error: KernelError) -> HttpResponse:
-    """Tell the person what happened instead of the error: who decided, and what the task is now."""
-    if isinstance(error, Conflict) and error.key == "not_pending" and key:
-        decision = inbox_selectors.last_decision(run, key)
-        who = f" by {decision['actor']}" if decision["actor"] else ""
-        verb = PAST_TENSE.get(decision["verb"] or "", decision["verb"] or "decided")
-        return _outcome(
-            request,
-            run,
-            ok=False,
-            title="Already decided",
-            detail=f"{key} was already {verb.replace('_', ' ')}{who}; it is now {str(decision['status']).replace('_', ' ')}.",
-        )
-    titles = {
-        "not_a_candidate": "No longer repairable",
-        "run_finished": "The run has finished",
-        "run_canceling": "The run is being canceled",
-        "model_route_spent": "Cannot retry this route",
-        "not_pausable": "Cannot pause",
-        "not_paused": "Not paused",
-    }
-    title = titles.get(error.key, "Not done" if isinstance(error, Conflict) else "Refused")
-    return _outcome(request, run, ok=False, title=title, detail=error.detail or error.key)
-
-
-def _verb_run(request: HttpRequest, run_id: Any) -> Run | HttpResponse:
-    run = selectors.run_for(request.user, run_id)
-    if not has_write_standing(request.user, run.workspace_id):
-        return render(request, "console/forbidden.html", {"run": run}, status=403)
-    return run
-
-
-@require_POST
-@login_required
-@not_found_as_404
-def task_verb(request: HtmxHttpRequest, run_id: Any, key: str, verb: str) -> HttpResponse:
-    if verb not in TASK_VERBS:
-        raise Http404("no such verb")
-    run = _verb_run(request, run_id)
-    if isinstance(run, HttpResponse):
-        return run
-    kwargs: dict[str, Any] = {}
-    if verb == "deny":
-        kwargs["reason"] = request.POST.get("reason", "").strip()[:2000]
-    if verb == "answer":
-        kwargs["value"] = request.POST.get("value", "")
-    try:
-        getattr(kernel, verb)(run_id=run.pk, key=key, user=request.user, **kwargs)
-    except KernelError as error:
-        if isinstance(error, NotFound):
-            raise
-        return _refused(request, run, key, error)
-    return _outcome(request, run, ok=True, title=TASK_VERBS[verb], detail=_done_sentence(verb, key))
-
-
-def _done_sentence(verb: str, key: str) -> str:
-    return {
-        "approve": f"{key} may run now.",
-        "deny": f"{key} was denied; the model reads your reason.",
-        "answer": f"{key} has its answer.",
-        "retry": f"{key} runs again; what its failure skipped comes back.",
-        "abandon": f"{key} is settled as abandoned; its dependents are skipped.",
-        "compact": f"{key} will be summarized and run again.",
-        "cancel": "the run stops: unstarted work is canceled, running calls are told to stop.",
-        "pause": "no new work starts until you resume.",
-        "resume": "ready work starts again.",
-    }.get(verb, key)
-
-
-@require_POST
-@login_required
-@not_found_as_404
-def run_verb(request: HtmxHttpRequest, run_id: Any, verb: str) -> HttpResponse:
-    if verb not in RUN_VERBS or verb == "append":
-        raise Http404("no such verb")
-    run = _verb_run(request, run_id)
-    if isinstance(run, HttpResponse):
-        return run
-    try:
-        if verb == "cancel":
-            kernel.cancel_run(run_id=run.pk, user=request.user, reason=request.POST.get("reason", "").strip()[:2000])
-        elif verb == "pause":
-            kernel.pause_run(run_id=run.pk, user=request.user)
-        else:
-            kernel.resume_run(run_id=run.pk, user=request.user)
-    except KernelError as error:
-        if isinstance(error, NotFound):
-            raise
-        return _refused(request, run, None, error)
-    return _outcome(request, run, ok=True, title=RUN_VERBS[verb], detail=_done_sentence(verb, ""))
-
-
-@require_POST
-@login_required
-@not_found_as_404
-def append(request: HtmxHttpRequest, run_id: Any) -> HttpResponse:
-    """Append tasks from a JSON textarea: a list of tasks, or {"tasks": [...], "deliverable": ...}."""
-    run = _verb_run(request, run_id)
-    if isinstance(run, HttpResponse):
-        return run
-    try:
-        body = parse_body(request.POST.get("tasks", "").encode())
-        if isinstance(body, list):
-            body = {"tasks": body}
-        if not isinstance(body, dict):
-            from runs.kernel.errors import InvalidRequest
-
-            raise InvalidRequest("invalid_request", "give a JSON list of tasks, or an object with `tasks`")
-        kernel.append(run_id=run.pk, user=request.user, body=body)
-    except KernelError as error:
-        if isinstance(error, NotFound):
-            raise
-        return _refused(request, run, None, error)
-    keys = ", ".join(str(t.get("key")) for t in body.get("tasks") or [] if isinstance(t, dict))
-    return _outcome(request, run, ok=True, title="Appended", detail=f"added {keys or 'the tasks'} to the run.")
+def trace_after(request: HttpRequest, run: Any, after: int) -> tuple[str, int]:
+    """The trace events after `after` as out-of-band markup that appends them to the rows the
+    browser has (up to TRACE_LIMIT shown in all), and the seq the browser then has."""
+    shown = TraceEvent.objects.filter(run=run, seq__lte=after).count() if after else 0
+    trace = selectors.trace_documents(request.user, run, after=after, limit=max(0, TRACE_LIMIT - shown))
+    if not trace:
+        return "", after
+    context = trace_context(trace, shown=shown + len(trace)) | {"oob": True}
+    return render_to_string("runs/_trace_more.html", context, request=request), trace[-1]["seq"]

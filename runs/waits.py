@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -28,7 +29,7 @@ from django.core.cache import cache
 from django.db import connection
 
 from oz0site.realtime import run_group
-from runs.kernel.errors import KernelError
+from runs.kernel import KernelError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ RECHECK_SECONDS = 5.0
 POLL_SECONDS = 1.0
 # How long a user's count outlives its last wait, should a process die holding slots.
 SLOT_TTL_SECONDS = int(WAIT_MAX_SECONDS) + 30
+# A group join or leave slower than this means the layer is in trouble: the wait polls instead.
+LAYER_OP_SECONDS = 2.0
 
 T = TypeVar("T")
 
@@ -110,6 +113,13 @@ async def slot(user: Any) -> AsyncIterator[None]:
         await sync_to_async(_give_slot)(user.pk)
 
 
+def _receiver_channel() -> str:
+    """A plain channel name, not one of the layer's process-local `!` names: receiving on those
+    enters a section the layer shares across the whole process and allows to one event loop at a
+    time, so a receiver here would lock out the websocket consumers (and they it)."""
+    return f"oz0-waits.{uuid.uuid4().hex}"
+
+
 class RunChanges:
     """One receiver per event loop (per web process): a channel of the layer, subscribed to the
     groups of the runs someone waits on, that wakes those waits. Waits never receive from the
@@ -123,20 +133,30 @@ class RunChanges:
         self.lock = asyncio.Lock()
 
     async def subscribe(self, run_id: Any) -> asyncio.Event:
+        return await asyncio.wait_for(self._subscribe(run_id), LAYER_OP_SECONDS)
+
+    async def unsubscribe(self, run_id: Any, woken: asyncio.Event) -> None:
+        await asyncio.wait_for(self._unsubscribe(run_id, woken), LAYER_OP_SECONDS)
+
+    async def _subscribe(self, run_id: Any) -> asyncio.Event:
         key = str(run_id)
         woken = asyncio.Event()
         async with self.lock:
             if self.channel is None:
-                self.channel = await self.layer.new_channel()
+                self.channel = _receiver_channel()
             if self.receiver is None or self.receiver.done():
                 self.receiver = asyncio.ensure_future(self._receive())
             first = key not in self.waiters
             self.waiters.setdefault(key, set()).add(woken)
             if first:
-                await self.layer.group_add(run_group(key), self.channel)
+                try:
+                    await self.layer.group_add(run_group(key), self.channel)
+                except BaseException:  # the wait will poll: leave no waiter behind for this run
+                    self.waiters.pop(key, None)
+                    raise
         return woken
 
-    async def unsubscribe(self, run_id: Any, woken: asyncio.Event) -> None:
+    async def _unsubscribe(self, run_id: Any, woken: asyncio.Event) -> None:
         key = str(run_id)
         async with self.lock:
             events = self.waiters.get(key, set())

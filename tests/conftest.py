@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,6 +51,26 @@ def assert_test_database() -> None:
     assert name.startswith("test_"), f"the live stack would run on {name!r}, not a test database"
 
 
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A test interrupted by its timeout inside `async_to_sync` leaves that call's event-loop
+    thread waiting for a caller that is gone; the interpreter joins such threads at exit, so the
+    session would never end. Once everything is reported, end the process with pytest's status."""
+    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if stuck and _exit_status:
+        names = ", ".join(sorted({t.name for t in stuck}))
+        sys.stderr.write(f"\ntests: {len(stuck)} thread(s) still running at exit ({names}); ending the session anyway\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(_exit_status[-1])
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for marker in item.iter_markers("spec"):
@@ -64,6 +85,7 @@ class LiveStack:
         self.env = env
         self.workdir = workdir
         self.worker: subprocess.Popen[bytes] | None = None
+        self.sessions: subprocess.Popen[bytes] | None = None
         self.beat: subprocess.Popen[bytes] | None = None
         self.queue = env["OZ0_QUEUE"]
 
@@ -96,6 +118,25 @@ class LiveStack:
             log="worker.log",
         )
 
+    def start_sessions(self) -> None:
+        """The session worker, as `./oz0 up` starts it: harnessed rounds (F7) on a thread pool."""
+        self.sessions = self._spawn(
+            "worker",
+            "-Q",
+            f"{self.queue}.sessions",
+            "--pool",
+            "threads",
+            "-c",
+            "8",
+            "-n",
+            f"{self.queue}-sessions-{uuid.uuid4().hex[:6]}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "warning",
+            log="sessions.log",
+        )
+
     def start_beat(self) -> None:
         self.beat = self._spawn("beat", "-s", str(self.workdir / "beat-schedule"), "-l", "warning", log="beat.log")
 
@@ -112,10 +153,10 @@ class LiveStack:
         self.worker = None
 
     def stop(self) -> None:
-        for proc in (self.worker, self.beat):
+        for proc in (self.worker, self.sessions, self.beat):
             if proc is not None and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in (self.worker, self.beat):
+        for proc in (self.worker, self.sessions, self.beat):
             if proc is not None:
                 try:
                     proc.wait(timeout=15)
@@ -124,7 +165,7 @@ class LiveStack:
 
     def logs(self) -> str:
         parts = []
-        for name in ("worker.log", "beat.log"):
+        for name in ("worker.log", "sessions.log", "beat.log"):
             path = self.workdir / name
             if path.exists():
                 parts.append(f"--- {name} ---\n" + path.read_text(errors="replace")[-4000:])
@@ -156,12 +197,13 @@ def celery_queue() -> Iterator[str]:
     celery_app.conf.task_default_queue = queue
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
     settings.OZ0_WORKER_HEARTBEAT_KEY = f"oz0:worker-heartbeat:{queue}"
+    settings.OZ0_SESSION_QUEUE = f"{queue}.sessions"
     yield queue
     import redis
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        client.delete(queue)
+        client.delete(queue, settings.OZ0_SESSION_QUEUE)
     finally:
         client.close()
 
@@ -216,6 +258,7 @@ def live_stack(django_db_setup: Any, django_db_blocker: Any, celery_queue: str) 
     assert_test_database()
     with django_db_blocker.unblock():
         stack.start_worker()
+        stack.start_sessions()
         stack.start_beat()
         try:
             yield stack
@@ -235,12 +278,17 @@ def committed(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
 
 
 @pytest.fixture
-def no_dispatch(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def no_dispatch() -> Iterator[list[int]]:
     """Keep the kernel's Celery sends in a list instead of the broker: the test drives the work itself,
     and a live worker elsewhere in the session must not take it."""
+    from runs import kernel
+
     sent: list[int] = []
-    monkeypatch.setattr("runs.kernel.transitions._send", lambda ids, run_id=None, quick=(): sent.extend([*ids, *quick]))
-    return sent
+    previous = kernel.install_sender(
+        lambda ids, chunks, run_id, sessions: sent.extend([*ids, *(i for c in chunks for i in c), *sessions])
+    )
+    yield sent
+    kernel.install_sender(previous)
 
 
 @pytest.fixture

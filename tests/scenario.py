@@ -186,6 +186,7 @@ class ScenarioRun:
             "trace": self.api.get(f"/runs/{self.run_id}/trace"),
             "wait": self.api.get(f"/runs/{self.run_id}/wait?after=0&timeout=0"),
             "inbox": self.api.get(f"/inbox?workspace={self.team.slug}"),
+            "audit": self.api.get(f"/workspaces/{self.team.slug}/audit"),
         }
         for name, (status, body) in surfaces.items():
             assert status == 200, f"{name}: HTTP {status} {body}"
@@ -194,8 +195,14 @@ class ScenarioRun:
 
         client = Client()
         client.force_login(self.team.users[self.role])
-        for url in (f"/runs/{self.run_id}/", f"/w/{self.team.slug}/inbox/"):
+        for url in (
+            f"/runs/{self.run_id}/",
+            f"/w/{self.team.slug}/inbox/",
+            f"/w/{self.team.slug}/audit/",
+            f"/w/{self.team.slug}/audit/?format=csv",
+        ):
             response = client.get(url)
             if response.status_code == 404 and url.startswith("/w/"):
                 continue
-            assert text not in response.content.decode(errors="replace"), f"{text!r} leaks through {url} to a {self.role}"
+            shown = b"".join(response.streaming_content) if response.streaming else response.content
+            assert text not in shown.decode(errors="replace"), f"{text!r} leaks through {url} to a {self.role}"

@@ -6,32 +6,103 @@ and appends its trace events in the same transaction. Celery sends and channel
 broadcasts are registered with `transaction.on_commit`, so nothing leaves the
 process for a change that rolled back.
 
-Views, Celery tasks, consumers and commands call the functions exported here;
-nobody else assigns a status.
+Views, Celery tasks, consumers and commands call the names exported here; nobody else
+assigns a status, and nobody outside the kernel imports one of its modules.
+
+The modules, each importing only from the layers above it (KERNEL_LAYERS in
+tests/runs/test_architecture.py holds the order):
+
+    errors                    typed refusals the API answers
+    graph, access, approvals  pure graph rules and the status groups; who acts, write standing;
+      guards                  what an approval is bound to (a call's digest) and the rules' matchers;
+                              a flow step's `when:` guard, parsed by a whitelist (never eval)
+    compile                   a request compiled (RunRequest, TaskSpec) and checked; no HTTP, no writes
+    txn                       Txn + locked(): compare-and-set moves, trace before run, sends on commit
+    scheduling                evaluate, release, make_ready/start, approval gate, joins, after_failure
+    settling, failure         quiescence, holds, stamps, cancels, findings; auto-retry, replayability
+    expansion                 tasks enter a run: create, append, expand (a round's fan, ask, compaction)
+    verbs, worker, sweeps     a person's verbs; claim/heartbeat/report keyed by Claimed; clocks, lost work;
+    delegation                a delegate task's child run: started, settled after commit, stopped, swept
+    leases, rounds            runner leases; a model's answer applied to the graph
 """
 
 from __future__ import annotations
 
+from runs.kernel.access import require_write
+from runs.kernel.approvals import call_digest, rule_problems, spec_digest
+from runs.kernel.approvals import problem_field as approval_problem_field
+from runs.kernel.candidates import repair_candidates_of
+from runs.kernel.compile import (
+    DELEGATE_TOOLS,
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    MAX_PAYLOAD_BYTES,
+    MAX_TIMEOUT_SECONDS,
+    RunRequest,
+    TaskSpec,
+    check_storable,
+    compile_create,
+    compile_tasks,
+    delegate_call_spec,
+)
+from runs.kernel.delegation import cancel_child, settle_parent, sweep_delegations, words_of
 from runs.kernel.errors import Conflict, Forbidden, InvalidRequest, KernelError, NotFound
-from runs.kernel.transitions import (
-    Outcome,
+from runs.kernel.expansion import append, await_token_digest, create_run
+from runs.kernel.graph import (
+    ASKING_STATUSES,
+    FAILED_STATUSES,
+    FINISHED_RUN_STATUSES,
+    LIVE_STATUSES,
+    OPEN_RUN_STATUSES,
+    SETTLED_STATUSES,
+    repair_candidates,
+)
+from runs.kernel.guards import GuardError, evaluate_guard, guard_steps, parse_guard
+from runs.kernel.leases import (
+    LeasedCall,
+    claim_call,
+    claim_prefix,
+    held_call,
+    lease_seconds,
+    renew_lease,
+    revoke_calls,
+    sweep_expired_leases,
+    sweep_unserved_calls,
+)
+from runs.kernel.rounds import (
+    round_answered,
+    round_ask,
+    round_call,
+    round_compact,
+    round_expand,
+    round_oz_fail,
+    round_switch,
+)
+from runs.kernel.sweeps import MAX_EXPIRED_CLAIMS, sweep_clocks, sweep_expired_claims, sweep_lost_messages
+from runs.kernel.templates import TemplateError, template_steps
+from runs.kernel.templates import render as render_template
+from runs.kernel.txn import Sender, install_sender, quick_chunks
+from runs.kernel.verbs import (
     abandon,
     answer,
-    append,
     approve,
     cancel_run,
-    claim_batch,
-    claim_task,
     compact,
-    create_run,
     deny,
-    heartbeat,
-    heartbeat_claim,
     pause_run,
-    report_batch,
     resolve_await,
     resume_run,
     retry,
+)
+from runs.kernel.worker import (
+    Claimed,
+    Outcome,
+    claim_batch,
+    claim_task,
+    defer_queued,
+    heartbeat,
+    report_batch,
+    session_room,
     task_complete,
     task_errored,
     task_fail,
@@ -39,31 +110,92 @@ from runs.kernel.transitions import (
 )
 
 __all__ = [
+    "DELEGATE_TOOLS",
+    "ASKING_STATUSES",
+    "FAILED_STATUSES",
+    "FINISHED_RUN_STATUSES",
+    "LIVE_STATUSES",
+    "MAX_DEPTH",
+    "MAX_ENTRIES",
+    "MAX_EXPIRED_CLAIMS",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_TIMEOUT_SECONDS",
+    "OPEN_RUN_STATUSES",
+    "SETTLED_STATUSES",
+    "Claimed",
     "Conflict",
-    "Outcome",
-    "claim_batch",
-    "heartbeat_claim",
-    "report_batch",
     "Forbidden",
+    "GuardError",
     "InvalidRequest",
     "KernelError",
+    "LeasedCall",
     "NotFound",
+    "Outcome",
+    "RunRequest",
+    "TaskSpec",
+    "Sender",
     "abandon",
     "answer",
     "append",
+    "approval_problem_field",
     "approve",
+    "await_token_digest",
+    "call_digest",
+    "cancel_child",
     "cancel_run",
+    "check_storable",
+    "compile_create",
+    "compile_tasks",
+    "claim_batch",
+    "claim_call",
+    "claim_prefix",
     "claim_task",
     "compact",
     "create_run",
+    "delegate_call_spec",
     "deny",
+    "evaluate_guard",
+    "guard_steps",
     "heartbeat",
+    "held_call",
+    "install_sender",
+    "defer_queued",
+    "session_room",
+    "TemplateError",
+    "template_steps",
+    "render_template",
+    "lease_seconds",
+    "parse_guard",
     "pause_run",
+    "quick_chunks",
+    "renew_lease",
+    "repair_candidates",
+    "repair_candidates_of",
+    "report_batch",
+    "require_write",
     "resolve_await",
     "resume_run",
     "retry",
+    "revoke_calls",
+    "round_answered",
+    "round_ask",
+    "round_compact",
+    "round_expand",
+    "round_call",
+    "round_oz_fail",
+    "round_switch",
+    "rule_problems",
+    "settle_parent",
+    "spec_digest",
+    "sweep_clocks",
+    "sweep_delegations",
+    "sweep_expired_claims",
+    "sweep_expired_leases",
+    "sweep_lost_messages",
+    "sweep_unserved_calls",
     "task_complete",
     "task_errored",
     "task_fail",
     "task_stopped",
+    "words_of",
 ]

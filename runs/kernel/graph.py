@@ -1,7 +1,7 @@
 """Pure graph rules: what a source's outcome means to its consumers, what a task or
 join decides from its sources, and the repair candidates computed from the trace.
 
-Nothing here touches the database, so the property tests drive these rules directly
+Nothing here touches the database (it reads only the status names of runs.models), so the property tests drive these rules directly
 and the kernel applies them under its row lock.
 """
 
@@ -11,9 +11,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FAILED_STATUSES = frozenset({"failed", "timed_out", "uncertain"})
-LIVE_STATUSES = frozenset({"needs_approval", "running", "dispatched", "awaiting_input"})
-SETTLED_STATUSES = frozenset({"completed", "failed", "canceled", "timed_out", "uncertain", "skipped"})
+from runs.models import RUN_FINISHED, RUN_OPEN, RUN_WORKING, TASK_ASKING, TASK_FAILED, TASK_LIVE, TASK_SETTLED
+
+# The status groups are defined once, beside the statuses in runs.models; these are the sets the
+# rules test membership in. Nothing else in the kernel spells a status group out.
+FAILED_STATUSES = frozenset(TASK_FAILED)
+LIVE_STATUSES = frozenset(TASK_LIVE)
+SETTLED_STATUSES = frozenset(TASK_SETTLED)
+ASKING_STATUSES = frozenset(TASK_ASKING)
+FINISHED_RUN_STATUSES = frozenset(RUN_FINISHED)
+OPEN_RUN_STATUSES = frozenset(RUN_OPEN)
+WORKING_RUN_STATUSES = frozenset(RUN_WORKING)
+# The task kinds a Celery worker runs (the others are a person's, a runner's, or the kernel's own).
+KERNEL_EXECUTED = ("tool", "round", "summarizer")
 
 SourceState = Literal["ok", "bad", "pending"]
 Decision = Literal["ready", "skip", "complete", "wait"]

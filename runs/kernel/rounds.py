@@ -11,36 +11,31 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents.models import AgentVersion
 from runs import failures
+from runs.kernel.compile import DELEGATE_TOOLS, TaskSpec, check_storable, delegate_call_spec
 from runs.kernel.errors import InvalidRequest
-from runs.kernel.transitions import (
-    _after_failure,
-    _claimed,
-    _fail_claimed,
-    _locked,
-    _make_ready,
-    _merge_result,
-    _run_of,
-    _wait_on,
-    arm_compaction_in,
-    fail_run,
-    task_complete,
-)
-from runs.kernel.validation import TaskSpec, check_storable
-from runs.models import AgentVersion, Run, TaskStatus
+from runs.kernel.expansion import add_tasks, arm_compaction_in, expand
+from runs.kernel.failure import fail_claimed
+from runs.kernel.graph import OPEN_RUN_STATUSES
+from runs.kernel.scheduling import after_failure, make_ready
+from runs.kernel.settling import fail_run
+from runs.kernel.txn import locked
+from runs.kernel.worker import Claimed, held_task, merge_result, task_complete
+from runs.models import Run, Task, TaskStatus
+from runs.tools import get_tool
 
 MAX_FAN_CALLS = 32
 OZ_FAIL_MESSAGE_MAX = 2000
 
 
-def round_answered(task_id: int, claim: str, text: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+def round_answered(claimed: Claimed, text: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
     """The model gave its final answer: the round completes with the text as its value."""
-    return task_complete(task_id, claim, text, extra=extra, state=state)
+    return task_complete(claimed, text, extra=extra, state=state)
 
 
 def round_expand(
-    task_id: int,
-    claim: str,
+    claimed: Claimed,
     calls: Sequence[Mapping[str, Any]],
     *,
     extra: Mapping[str, Any],
@@ -51,29 +46,33 @@ def round_expand(
 ) -> bool:
     """Author the model's tool calls as a fan of `<round>.<n>` tool tasks; the round waits on
     them and runs again with their results (its next round)."""
-    with _locked(_run_of(task_id), "model") as txn:
-        task = _claimed(txn, task_id, claim)
+    with locked(claimed.run_id, "model") as txn:
+        task = held_task(txn, claimed)
         if task is None:
             return False
-        fields: dict[str, Any] = {"result": _merge_result(txn, task, extra), "state": dict(state), "claim": None}
+        fields: dict[str, Any] = {"result": merge_result(txn, task, extra), "state": dict(state), "claim": None}
         refusal = _fan_refusal(calls, allowed_tools)
         if refusal is not None:
             key, detail = refusal
             fields["state"] = _without_refused_turn(fields["state"])
-            _fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {**fields, "finished_at": txn.now})
+            fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {**fields, "finished_at": txn.now})
             return True
         counter = int(state.get("authored", 0))
         specs = []
         for call in calls:
             counter += 1
             name = str(call["tool"])
+            kind = "tool"
             spec: dict[str, Any] = {"tool": name, "args": dict(call.get("args") or {})}
+            if name in DELEGATE_TOOLS:
+                # A delegating tool authors a delegate task: a child run of the agent it names (F14).
+                kind, spec = "delegate", delegate_call_spec(name, call.get("args") or {})
             if (tool_timeouts or {}).get(name):
                 spec["timeout_s"] = tool_timeouts[name]  # type: ignore[index]
             specs.append(
                 TaskSpec(
                     key=f"{task.key}.{counter}",
-                    kind="tool",
+                    kind=kind,
                     after=[],
                     on_failure=tool_policies.get(name, "absorb"),
                     spec=spec,
@@ -82,7 +81,7 @@ def round_expand(
                 )
             )
         fields["state"] = {**fields["state"], "authored": counter}
-        _wait_on(txn, task, specs, fields)
+        expand(txn, task, specs, fields)
         return True
 
 
@@ -96,15 +95,13 @@ def _without_refused_turn(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _fan_refusal(calls: Sequence[Mapping[str, Any]], allowed: Sequence[str] | None) -> tuple[str, str] | None:
-    from runs.tools import get_tool
-
     if len(calls) > MAX_FAN_CALLS:
         return "too_wide_a_fan", f"the model asked for {len(calls)} tool calls in one answer; the cap is {MAX_FAN_CALLS}"
     for index, call in enumerate(calls):
         name = call.get("tool") if isinstance(call, Mapping) else None
         if not isinstance(name, str) or not name:
             return "round_expansion_refused", f"call {index + 1} names no tool"
-        if get_tool(name) is None:
+        if name not in DELEGATE_TOOLS and get_tool(name) is None:
             return "round_expansion_refused", f"call {index + 1} names {name!r}, which is not installed"
         if allowed is not None and name not in allowed:
             return "round_expansion_refused", f"call {index + 1} names {name!r}, which the round does not list in its tools"
@@ -115,13 +112,18 @@ def _fan_refusal(calls: Sequence[Mapping[str, Any]], allowed: Sequence[str] | No
             check_storable(args)
         except InvalidRequest as error:
             return "round_expansion_refused", f"call {index + 1}'s args cannot be stored: {error.detail}"
+        if name in DELEGATE_TOOLS:
+            try:
+                delegate_call_spec(name, args)
+            except InvalidRequest as error:
+                return "round_expansion_refused", f"call {index + 1} ({name}): {error.detail}"
     return None
 
 
-def round_ask(task_id: int, claim: str, question: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+def round_ask(claimed: Claimed, question: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
     """The model asked a person: a tokenless await in awaiting_input, announced (S9, S20)."""
-    with _locked(_run_of(task_id), "model") as txn:
-        task = _claimed(txn, task_id, claim)
+    with locked(claimed.run_id, "model") as txn:
+        task = held_task(txn, claimed)
         if task is None:
             return False
         counter = int(state.get("authored", 0)) + 1
@@ -135,24 +137,85 @@ def round_ask(task_id: int, claim: str, question: str, *, extra: Mapping[str, An
             lineage=task.lineage,
         )
         fields: dict[str, Any] = {
-            "result": _merge_result(txn, task, extra),
+            "result": merge_result(txn, task, extra),
             "state": {**state, "authored": counter},
             "claim": None,
         }
-        _wait_on(txn, task, [spec], fields)
+        expand(txn, task, [spec], fields)
         return True
 
 
-def round_oz_fail(
-    task_id: int, claim: str, kind: Any, message: Any, *, extra: Mapping[str, Any], state: Mapping[str, Any]
-) -> bool:
+def round_call(
+    claimed: Claimed,
+    call: Mapping[str, Any],
+    *,
+    allowed_tools: Sequence[str] | None,
+    tool_policies: Mapping[str, str],
+    tool_timeouts: Mapping[str, float] | None = None,
+) -> tuple[str | None, str | None]:
+    """A harness still running its round asks for one call (F7): a registry tool or a delegating
+    built-in (`{"tool", "args"}`; the latter a delegate task, F14) or a person's answer (`{"ask": question}`), authored as the round's next `<round>.<n>` task and
+    started as a fan's calls are (the approval stage, the inbox, the park clock), while the round
+    stays running and its harness waits for the answer (the round does not wait on it in the graph).
+
+    Returns `(key, None)`, `(None, refusal)` for a call that cannot be authored (the harness reads
+    the refusal as the call's failure), or `(None, None)` when the claim is gone or the run stops.
+    In a paused run the call is authored and waits, like any ready task, for the resume."""
+    with locked(claimed.run_id, "model") as txn:
+        task = held_task(txn, claimed)
+        if task is None or task.cancel_requested or txn.run.status not in OPEN_RUN_STATUSES:
+            return None, None
+        counter = int(task.state.get("authored", 0)) + 1
+        key = f"{task.key}.{counter}"
+        if "ask" in call:
+            question = call.get("ask")
+            if not isinstance(question, str) or not question.strip():
+                return None, "oz.ask needs a question (a non-empty string)"
+            spec = TaskSpec(
+                key=key,
+                kind="await",
+                after=[],
+                on_failure="absorb",
+                spec={"question": question},
+                composed=True,
+                lineage=task.lineage,
+            )
+        else:
+            refusal = _fan_refusal([call], allowed_tools)
+            if refusal is not None:
+                return None, refusal[1]
+            name = str(call["tool"])
+            kind = "tool"
+            tool_spec: dict[str, Any] = {"tool": name, "args": dict(call.get("args") or {})}
+            if name in DELEGATE_TOOLS:
+                # A delegating built-in authors a delegate task: a child run (F14-F17).
+                kind, tool_spec = "delegate", delegate_call_spec(name, call.get("args") or {})
+            if (tool_timeouts or {}).get(name):
+                tool_spec["timeout_s"] = tool_timeouts[name]  # type: ignore[index]
+            spec = TaskSpec(
+                key=key,
+                kind=kind,
+                after=[],
+                on_failure=tool_policies.get(name, "absorb"),
+                spec=tool_spec,
+                composed=True,
+                lineage=task.lineage,
+            )
+        task.state = {**task.state, "authored": counter}
+        Task.objects.filter(pk=task.pk).update(state=task.state)
+        txn.event(task.key, "harness_call", data={"key": key, "tool": spec.spec.get("tool", "oz.ask")})
+        add_tasks(txn, [spec])
+        return key, None
+
+
+def round_oz_fail(claimed: Claimed, kind: Any, message: Any, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
     """The agent ended the run with oz.fail(kind, message) (F6): canceled with that failure."""
-    with _locked(_run_of(task_id), "model") as txn:
-        task = _claimed(txn, task_id, claim)
+    with locked(claimed.run_id, "model") as txn:
+        task = held_task(txn, claimed)
         if task is None:
             return False
         fields: dict[str, Any] = {
-            "result": _merge_result(txn, task, extra),
+            "result": merge_result(txn, task, extra),
             "state": dict(state),
             "claim": None,
             "finished_at": txn.now,
@@ -162,7 +225,7 @@ def round_oz_fail(
             # The call cannot be read as oz.fail at all: the round fails rather than end the run
             # with a kind the agent never named (F6), and a person sees why.
             fields["state"] = _without_refused_turn(fields["state"])
-            _fail_claimed(txn, task, TaskStatus.FAILED, "round_expansion_refused", refusal, fields)
+            fail_claimed(txn, task, TaskStatus.FAILED, "round_expansion_refused", refusal, fields)
             return True
         declarations = {d["kind"]: d for d in _manifest(txn.run).get("failures", [])}
         if kind in declarations:
@@ -170,7 +233,9 @@ def round_oz_fail(
         else:
             failure = failures.platform_failure("undeclared", message)
         fields["result"] = {**fields["result"], "value": None, "oz_fail": {"kind": kind}}
-        txn.move(task, TaskStatus.COMPLETED, **fields)
+        # The round ended the job in failure: it is failed (never a green `completed` beside a
+        # canceled run), keyed oz_fail with the agent's words; its kind and flags are the run's.
+        txn.move(task, TaskStatus.FAILED, error=(failures.OZ_FAIL_ERROR_KEY, message), **fields)
         fail_run(txn, failure, message, task)
         return True
 
@@ -186,32 +251,32 @@ def _oz_fail_refusal(kind: Any, message: Any) -> str | None:
 
 
 def round_switch(
-    task_id: int, claim: str, model_change: Mapping[str, Any], *, extra: Mapping[str, Any], state: Mapping[str, Any]
+    claimed: Claimed, model_change: Mapping[str, Any], *, extra: Mapping[str, Any], state: Mapping[str, Any]
 ) -> bool:
     """A refused or overloaded route gives way to the next captured fallback: back to waiting (S25, S26)."""
-    with _locked(_run_of(task_id), "model") as txn:
-        task = _claimed(txn, task_id, claim)
+    with locked(claimed.run_id, "model") as txn:
+        task = held_task(txn, claimed)
         if task is None:
             return False
-        result = {**_merge_result(txn, task, extra), "model_change": dict(model_change)}
+        result = {**merge_result(txn, task, extra), "model_change": dict(model_change)}
         txn.event(task.key, "model_change", data=dict(model_change))
         txn.move(task, TaskStatus.WAITING, ready=False, result=result, state=dict(state), claim=None)
-        _make_ready(txn, task)
+        make_ready(txn, task)
         return True
 
 
-def round_compact(task_id: int, claim: str, error_detail: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+def round_compact(claimed: Claimed, error_detail: str, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
     """The provider refused for length: arm a compaction (a summarizer, then the round again),
     or fail with provider_context_overflow when there is no history to summarize (S23)."""
-    with _locked(_run_of(task_id), "model") as txn:
-        task = _claimed(txn, task_id, claim)
+    with locked(claimed.run_id, "model") as txn:
+        task = held_task(txn, claimed)
         if task is None:
             return False
-        fields: dict[str, Any] = {"result": _merge_result(txn, task, extra), "state": dict(state), "claim": None}
+        fields: dict[str, Any] = {"result": merge_result(txn, task, extra), "state": dict(state), "claim": None}
         task.state = dict(state)
         if not arm_compaction_in(txn, task, fields):
             txn.move(task, TaskStatus.FAILED, error=("provider_context_overflow", error_detail), finished_at=txn.now, **fields)
-            _after_failure(txn, task)
+            after_failure(txn, task)
         return True
 
 

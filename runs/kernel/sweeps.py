@@ -8,10 +8,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from runs.kernel.transitions import KERNEL_EXECUTED, _after_failure, _locked, _make_ready, _send, _Txn
+from runs.kernel.failure import is_replayable
+from runs.kernel.graph import KERNEL_EXECUTED
+from runs.kernel.scheduling import after_failure, make_ready
+from runs.kernel.txn import Txn, locked, send_on_commit
 from runs.models import RunStatus, Task, TaskStatus
 
 # A replayable call whose claim expired this many times in a row fails instead of being handed on.
@@ -25,7 +27,7 @@ def sweep_expired_claims(now: datetime | None = None) -> int:
     cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS))
     stale = list(Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "run_id", "claim"))
     for task_id, run_id, claim in stale:
-        with _locked(run_id, "sweep") as txn:
+        with locked(run_id, "sweep") as txn:
             task = Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING, claim=claim, heartbeat_at__lt=cutoff).first()
             if task is None:
                 continue
@@ -34,18 +36,11 @@ def sweep_expired_claims(now: datetime | None = None) -> int:
     return len(stale)
 
 
-def _expire_claim(txn: _Txn, task: Task) -> None:
-    from runs.tools import get_tool
-
+def _expire_claim(txn: Txn, task: Task) -> None:
     if txn.run.status == RunStatus.CANCELING or task.cancel_requested:
         txn.move(task, TaskStatus.CANCELED, error=("run_canceled", "the worker stopped"), claim=None, finished_at=txn.now)
         return
-    replayable = True
-    if task.kind == "tool":
-        tool = get_tool(task.spec.get("tool", ""))
-        replayable = (
-            bool(tool and tool.replayable) if tool and not tool.runner else bool(task.spec.get("args", {}).get("replayable"))
-        )
+    replayable = is_replayable(task)
     expired = int(task.state.get("expired_claims", 0)) + 1
     state = {**task.state, "expired_claims": expired}
     if replayable and expired >= MAX_EXPIRED_CLAIMS:
@@ -61,11 +56,11 @@ def _expire_claim(txn: _Txn, task: Task) -> None:
             deadline_at=None,
             state=state,
         )
-        _after_failure(txn, task)
+        after_failure(txn, task)
     elif replayable:
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True, "expired": expired})
         txn.move(task, TaskStatus.WAITING, claim=None, ready=False, deadline_at=None, state=state)
-        _make_ready(txn, task)
+        make_ready(txn, task)
     else:
         txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False})
         txn.move(
@@ -75,13 +70,14 @@ def _expire_claim(txn: _Txn, task: Task) -> None:
             claim=None,
             finished_at=txn.now,
         )
-        _after_failure(txn, task)
+        after_failure(txn, task)
 
 
 def sweep_lost_messages(now: datetime | None = None, *, broker_queue_empty: bool = True) -> int:
     """Queued tasks whose message never reached a worker (a broker restart) are sent again.
 
-    Only when the broker's queue is empty: then nothing queued can still be on its way.
+    Only when the broker's queues (the workers' and the sessions') are empty: then nothing queued
+    can still be on its way.
     The claim is conditional, so a duplicate message is harmless anyway.
     """
     if not broker_queue_empty:
@@ -95,7 +91,10 @@ def sweep_lost_messages(now: datetime | None = None, *, broker_queue_empty: bool
     )
     if lost:
         Task.objects.filter(pk__in=lost).update(queued_at=now)
-        transaction.on_commit(lambda: _send(lost))
+        sessions = Task.objects.filter(
+            pk__in=lost, kind="round", run__agent_version__manifest__harness__has_key="kind"
+        ).values_list("pk", flat=True)
+        send_on_commit(lost, sessions=list(sessions))
     return len(lost)
 
 
@@ -109,7 +108,7 @@ def sweep_clocks(now: datetime | None = None) -> int:
     now = now or timezone.now()
     due = list(Task.objects.filter(deadline_at__lte=now, status__in=CLOCKED).values_list("pk", "run_id"))
     for task_id, run_id in due:
-        with _locked(run_id, "clock") as txn:
+        with locked(run_id, "clock") as txn:
             txn.now = now
             task = Task.objects.filter(pk=task_id, deadline_at__lte=now).first()
             if task is None or task.status not in CLOCKED:
@@ -128,5 +127,5 @@ def sweep_clocks(now: datetime | None = None) -> int:
                 txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
             else:
                 continue
-            _after_failure(txn, task)
+            after_failure(txn, task)
     return len(due)

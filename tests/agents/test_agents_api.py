@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from runs.models import AgentVersion, Run
+from agents.models import AgentVersion
+from runs.models import Run
 from tests.conftest import Team
 
 

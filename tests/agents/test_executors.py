@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from runs import executors
+from runs.kernel import sweep_expired_leases
 from runs.models import Executor, Run, Task
 from tests.conftest import Api, Team
 from tests.factories import make_member, make_token, make_workspace
@@ -132,9 +132,9 @@ def test_it_turns_an_expired_non_replayable_lease_uncertain(team: Team) -> None:
     )
     executor_id, runner = _executor(team)
     call = runner.post(f"/executors/{executor_id}/claim")[1]
-    assert executors.sweep_expired_leases() == 0
+    assert sweep_expired_leases() == 0
     Task.objects.filter(pk=int(call["call"])).update(heartbeat_at=timezone.now() - timedelta(hours=1))
-    assert executors.sweep_expired_leases() == 1
+    assert sweep_expired_leases() == 1
     task = _task(run_id, "a")
     assert (task.status, task.error_key, task.claim) == ("uncertain", "tool_uncertain", None)
     run = Run.objects.get(pk=run_id)
@@ -150,7 +150,7 @@ def test_it_advertises_an_expired_replayable_call_again(team: Team) -> None:
     executor_id, runner = _executor(team)
     first = runner.post(f"/executors/{executor_id}/claim")[1]
     Task.objects.filter(pk=int(first["call"])).update(heartbeat_at=timezone.now() - timedelta(hours=1))
-    assert executors.sweep_expired_leases() == 1
+    assert sweep_expired_leases() == 1
     task = _task(run_id, "a")
     assert (task.status, task.claim) == ("dispatched", None)
     status, second = runner.post(f"/executors/{executor_id}/claim")
@@ -225,6 +225,6 @@ def test_it_cancels_a_stopped_call_whose_executor_never_reports(team: Team) -> N
     call = runner.post(f"/executors/{executor_id}/claim")[1]
     team.api().post(f"/runs/{run_id}/cancel", {"reason": "stop"})
     Task.objects.filter(pk=int(call["call"])).update(heartbeat_at=timezone.now() - timedelta(hours=1))
-    assert executors.sweep_expired_leases() == 1
+    assert sweep_expired_leases() == 1
     assert _task(run_id, "a").status == "canceled"
     assert Run.objects.get(pk=run_id).status == "canceled"

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from runs import manifests
-from runs.models import AgentVersion
+from agents.lint import InvalidManifest, lint
+from agents.models import AgentVersion
+from agents.parsing import NODES_MAX, Problem
+from agents.registry import register
 
 BASE = """\
 name: {name}
@@ -27,11 +29,11 @@ def _kind(kind: str, description: str = "Something went wrong") -> str:
     return f"  - kind: {kind}\n    description: {description}\n"
 
 
-def _errors(text: str) -> list[manifests.Problem]:
-    return manifests.lint(text).errors
+def _errors(text: str) -> list[Problem]:
+    return lint(text).errors
 
 
-def _one(text: str) -> manifests.Problem:
+def _one(text: str) -> Problem:
     errors = _errors(text)
     assert len(errors) == 1, errors
     return errors[0]
@@ -55,7 +57,7 @@ def test_it_normalizes_a_valid_manifest_with_explicit_flags() -> None:
         approval: {mode: rules, rules: [{tool: "test.*", decision: allow}]}
         """
     )
-    linted = manifests.lint(text)
+    linted = lint(text)
     assert linted.errors == [] and linted.warnings == []
     assert linted.manifest == {
         "name": "reader",
@@ -138,12 +140,12 @@ def test_it_refuses_text_that_is_not_a_mapping() -> None:
 
 @pytest.mark.spec("F6", "F8")
 def test_it_warns_about_failures_without_oz_fail_and_oz_fail_without_failures() -> None:
-    no_tool = manifests.lint("name: a\nmodel: script\ntools: [test.echo]\nfailures:\n" + _kind("gone"))
+    no_tool = lint("name: a\nmodel: script\ntools: [test.echo]\nfailures:\n" + _kind("gone"))
     assert no_tool.errors == [] and [w.field for w in no_tool.warnings] == ["failures"]
     assert "oz.fail" in no_tool.warnings[0].message and no_tool.warnings[0].line == 4
-    no_kinds = manifests.lint("name: a\nmodel: script\ntools: [oz.fail]\n")
+    no_kinds = lint("name: a\nmodel: script\ntools: [oz.fail]\n")
     assert no_kinds.errors == [] and [w.field for w in no_kinds.warnings] == ["tools"]
-    assert manifests.lint(BASE.format(name="a", failures=_kind("gone"))).warnings == []
+    assert lint(BASE.format(name="a", failures=_kind("gone"))).warnings == []
 
 
 @pytest.mark.django_db
@@ -152,11 +154,9 @@ def test_it_makes_a_new_version_only_when_the_manifest_changes() -> None:
 
     name = "versioned_agent"
     workspace = make_workspace()
-    first = manifests.register(BASE.format(name=name, failures=_kind("gone")), workspace=workspace)
-    again = manifests.register(
-        "# a comment changes nothing\n" + BASE.format(name=name, failures=_kind("gone")), workspace=workspace
-    )
-    changed = manifests.register(BASE.format(name=name, failures=_kind("gone", "Now described otherwise")), workspace=workspace)
+    first = register(BASE.format(name=name, failures=_kind("gone")), workspace=workspace)
+    again = register("# a comment changes nothing\n" + BASE.format(name=name, failures=_kind("gone")), workspace=workspace)
+    changed = register(BASE.format(name=name, failures=_kind("gone", "Now described otherwise")), workspace=workspace)
     assert (first.version.version, first.created) == (1, True)
     assert (again.version.pk, again.created) == (first.version.pk, False)
     assert (changed.version.version, changed.created) == (2, True)
@@ -167,8 +167,8 @@ def test_it_makes_a_new_version_only_when_the_manifest_changes() -> None:
 def test_it_registers_nothing_for_an_invalid_manifest() -> None:
     from tests.factories import make_workspace
 
-    with pytest.raises(manifests.InvalidManifest) as info:
-        manifests.register(BASE.format(name="broken_agent", failures=_kind("timeout")), workspace=make_workspace())
+    with pytest.raises(InvalidManifest) as info:
+        register(BASE.format(name="broken_agent", failures=_kind("timeout")), workspace=make_workspace())
     assert info.value.linted.errors[0].field == "failures[0].kind"
     assert not AgentVersion.objects.filter(agent__name="broken_agent").exists()
 
@@ -177,8 +177,8 @@ def test_it_keeps_the_example_agents_lint_clean() -> None:
     from tests.conftest import ROOT
 
     found: dict[str, Any] = {}
-    for path in sorted((ROOT / "agents").glob("*.yaml")):
-        linted = manifests.lint(path.read_text())
+    for path in sorted((ROOT / "agents" / "examples").glob("*.yaml")):
+        linted = lint(path.read_text())
         found[path.name] = (linted.errors, linted.warnings)
     assert len(found) >= 2
     assert all(errors == [] and warnings == [] for errors, warnings in found.values()), found
@@ -189,7 +189,7 @@ def test_it_keeps_the_example_agents_lint_clean() -> None:
 
 @pytest.mark.spec("F8")
 def test_it_warns_rather_than_errs_about_a_tool_a_runner_may_serve_later() -> None:
-    linted = manifests.lint("name: tracker\nmodel: script\ntools:\n  - test.echo\n  - github.get_issue\n")
+    linted = lint("name: tracker\nmodel: script\ntools:\n  - test.echo\n  - github.get_issue\n")
     assert linted.errors == []
     assert [(w.line, w.field) for w in linted.warnings] == [(5, "tools[1]")]
     assert "github.get_issue" in linted.warnings[0].message and "runner" in linted.warnings[0].message
@@ -199,7 +199,7 @@ def test_it_warns_rather_than_errs_about_a_tool_a_runner_may_serve_later() -> No
 def test_it_registers_a_manifest_whose_tool_is_not_installed_yet_with_its_warning(db: Any) -> None:
     from tests.factories import make_workspace
 
-    registered = manifests.register("name: tracker-later\nmodel: script\ntools: [github.get_issue]\n", workspace=make_workspace())
+    registered = register("name: tracker-later\nmodel: script\ntools: [github.get_issue]\n", workspace=make_workspace())
     assert registered.created and registered.version.manifest["tools"] == ["github.get_issue"]
     assert [w.field for w in registered.warnings] == ["tools[0]"]
 
@@ -262,7 +262,7 @@ def test_it_refuses_yaml_values_json_cannot_hold_with_their_line(value: str, lin
 
 
 def test_it_refuses_more_values_than_a_manifest_needs_before_building_them() -> None:
-    text = "name: a\nmodel: script\nscript: [" + ",".join(["1"] * (manifests.NODES_MAX + 1)) + "]\n"
+    text = "name: a\nmodel: script\nscript: [" + ",".join(["1"] * (NODES_MAX + 1)) + "]\n"
     problem = _one(text)
     assert problem.line == 3 and "more than 20,000 values" in problem.message
 
@@ -284,6 +284,6 @@ def test_it_registers_nothing_for_yaml_json_cannot_hold(db: Any) -> None:
         "name: dated\nmodel: script\nscript: [{text: 2024-01-01}]\n",
         'name: nul\nmodel: script\ndescription: "a\\0b"\n',
     ):
-        with pytest.raises(manifests.InvalidManifest):
-            manifests.register(text, workspace=workspace)
+        with pytest.raises(InvalidManifest):
+            register(text, workspace=workspace)
     assert AgentVersion.objects.count() == before

@@ -85,7 +85,7 @@ def test_it_fails_a_private_call_unserved_when_only_someone_elses_executor_is_li
 
     from django.utils import timezone
 
-    from runs.kernel.executors import sweep_unserved_calls
+    from runs.kernel import sweep_unserved_calls
     from runs.models import Executor
 
     settings.OZ0_UNSERVED_SECONDS = 60

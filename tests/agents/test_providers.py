@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from runs.providers.anthropic import AnthropicProvider
-from runs.providers.base import AttemptFailed, ProviderRequest
-from runs.providers.openai import OpenAIProvider
+from runs.worker.providers.anthropic import AnthropicProvider
+from runs.worker.providers.base import AttemptFailed, ProviderRequest
+from runs.worker.providers.openai import OpenAIProvider
 from tests.agents import fakes as f
 from tests.agents.conftest import providers_config
 
@@ -226,7 +226,7 @@ def test_it_reads_an_http_date_retry_after() -> None:
 
     import httpx
 
-    from runs.providers.http import retry_after
+    from runs.worker.providers.http import retry_after
 
     when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     seconds = retry_after(httpx.Headers({"Retry-After": when}))

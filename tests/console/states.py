@@ -1,13 +1,13 @@
 """Runs in the states the console shows, driven through the kernel in-process (no worker):
-the tests play the worker's part with claim_task / round_expand / task_fail."""
+the tests play the worker's part with claim_task / round_expand / task_fail, each report keyed by its Claimed."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from agents.models import Agent, AgentVersion
 from runs import kernel
-from runs.kernel import rounds as outcomes
-from runs.models import Agent, AgentVersion, Run, Task, Workspace
+from runs.models import Run, Task, Workspace
 
 
 def agent(name: str, workspace: Workspace, version: int = 1) -> str:
@@ -43,9 +43,10 @@ def approval_run(
         body["agent"] = agent_name
     run, _ = kernel.create_run(workspace=workspace, user=user, body=body)
     r1 = task(run, "r1")
-    assert kernel.claim_task(r1.pk, "test-claim") is not None
+    claimed = kernel.claim_task(None, r1.pk, "test-claim")
+    assert claimed is not None
     calls = [{"tool": tool, "args": args if args is not None else {"value": 1}}]
-    assert outcomes.round_expand(r1.pk, "test-claim", calls, extra={}, state={}, allowed_tools=None, tool_policies={})
+    assert kernel.round_expand(claimed, calls, extra={}, state={}, allowed_tools=None, tool_policies={})
     assert task(run, "r1.1").status == "needs_approval"
     return Run.objects.get(pk=run.pk)
 
@@ -59,8 +60,9 @@ def question_run(workspace: Workspace, user: Any, *, question: str = "Which regi
         },
     )
     r1 = task(run, "r1")
-    assert kernel.claim_task(r1.pk, "test-claim") is not None
-    assert outcomes.round_ask(r1.pk, "test-claim", question, extra={}, state={})
+    claimed = kernel.claim_task(None, r1.pk, "test-claim")
+    assert claimed is not None
+    assert kernel.round_ask(claimed, question, extra={}, state={})
     return Run.objects.get(pk=run.pk)
 
 
@@ -84,8 +86,9 @@ def halted_run(workspace: Workspace, user: Any, *, detail: str = "boom: secret w
         body["agent"] = agent_name
     run, _ = kernel.create_run(workspace=workspace, user=user, body=body)
     a = task(run, "a")
-    assert kernel.claim_task(a.pk, "test-claim") is not None
-    assert kernel.task_fail(a.pk, "test-claim", "tool_failed", detail)
+    claimed = kernel.claim_task(None, a.pk, "test-claim")
+    assert claimed is not None
+    assert kernel.task_fail(claimed, "tool_failed", detail)
     run = Run.objects.get(pk=run.pk)
     assert run.status == "needs_attention", run.status
     return run

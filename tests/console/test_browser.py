@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runs import kernel
-from runs.models import Run, Task
+from runs.models import Run, Task, TraceEvent
 from tests.conftest import Team, wait_for
 from tests.console import states
 from tests.factories import make_member
@@ -97,6 +97,22 @@ def test_it_lets_an_operator_approve_and_watch_the_run_finish_live(live_team: Te
     expect(page.locator('g.node[data-key="r1.1"]')).to_have_attribute("data-status", "completed")
     assert page.evaluate("window.oz0Marker") == "same page"  # no reload: the websocket did it
     operator.shot("run-completed")
+    no_csp_violations(operator)
+
+
+def test_it_appends_the_trace_live_without_repeating_a_row(live_team: Team, browsers: Any) -> None:
+    run = waiting_for_approval(live_team)
+    operator = browsers()
+    operator.sign_in(live_team.users["operator"].username)
+    page = operator.open(f"/runs/{run.pk}/")
+    first = page.locator("#trace-rows li").count()
+    page.click('article[data-task="r1.1"] button[data-verb="approve"]')
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=30_000)
+    total = TraceEvent.objects.filter(run=run).count()
+    expect(page.locator("#trace-rows li")).to_have_count(total, timeout=10_000)
+    shown = [int(s.lstrip("#")) for s in page.locator("#trace-rows .ev-seq").all_inner_texts()]
+    assert total > first and shown == sorted(set(shown)) == list(range(1, total + 1))
+    expect(page.locator("#trace-count")).to_have_text(f"{total} events")
     no_csp_violations(operator)
 
 

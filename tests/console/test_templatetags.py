@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runs.templatetags.oz0_console import capped, dom_id, duration, graph_layout
+from console.templatetags.oz0_console import capped, dom_id, duration, graph_layout
 
 
 def test_it_formats_durations() -> None:

@@ -2,36 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import uuid
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from oz0cli import Fatal
+from oz0cli import environment as cli
 from runs.models import Run
-from tests.conftest import ROOT, Team
+from tests.conftest import Team
 from tests.runs.driver import drive, task
-
-
-def _cli() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("oz0_cli", str(ROOT / "oz0"))
-    spec = importlib.util.spec_from_loader("oz0_cli", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 def test_it_installs_the_test_tools_under_up_only_with_demo_or_the_variable() -> None:
     """Before, `./oz0 up` set OZ0_TEST_TOOLS=1 for every install, DEBUG=0 included."""
-    cli = _cli()
     assert cli.up_environment([], {}) == {"OZ0_TEST_TOOLS": "0"}
     assert cli.up_environment([], {"OZ0_TEST_TOOLS": "1"}) == {"OZ0_TEST_TOOLS": "1"}
     assert cli.up_environment(["--demo"], {}) == {"OZ0_TEST_TOOLS": "1"}
     assert cli.up_environment(["--demo"], {"OZ0_TEST_TOOLS": "0"}) == {"OZ0_TEST_TOOLS": "1"}
-    with pytest.raises(cli.Fatal, match="up takes only --demo"):
+    with pytest.raises(Fatal, match="up takes only --demo"):
         cli.up_environment(["--frobnicate"], {})
 
 

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from oz0site import realtime
-from runs.kernel import transitions
+from runs import kernel
 from runs.models import Run
 from tests.runs.driver import drive
 
 
 @pytest.fixture(autouse=True)
-def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """These tests drive runs in-process: nothing goes to Celery or the channel layer."""
-    monkeypatch.setattr(transitions, "_send", lambda *args, **kwargs: None)
     monkeypatch.setattr(realtime, "publish", lambda groups, payload: None)
+    previous = kernel.install_sender(lambda ids, chunks, run_id, sessions: None)
+    yield
+    kernel.install_sender(previous)
 
 
 def oz_fail_round(kind: str = "not_found", message: str = "the words") -> dict[str, Any]:

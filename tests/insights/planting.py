@@ -16,7 +16,9 @@ from typing import Any
 
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from runs.models import Agent, AgentVersion, Run, Task
+from agents.lint import lint
+from agents.models import Agent, AgentVersion
+from runs.models import Run, Task
 from tests.runs.driver import drive
 
 SKIP_PREFIXES = ("admin/", "logout/", "static/", "login/")
@@ -37,8 +39,6 @@ class Planted:
 
 def make_agent(name: str, *, workspace: Any, versions: int = 1, kinds: tuple[str, ...] = ("not_found",)) -> Agent:
     """The workspace's agent with `versions` versions declaring `kinds`, its manifest normalized as registration does."""
-    from runs import manifests
-
     agent = Agent.objects.create(name=name, workspace=workspace)
     failures = "".join(
         f"  - kind: {kind}\n    description: {kind} happened\n" + ("    person: true\n" if kind == "not_found" else "")
@@ -46,7 +46,7 @@ def make_agent(name: str, *, workspace: Any, versions: int = 1, kinds: tuple[str
     )
     for version in range(1, versions + 1):
         text = f"name: {name}\nmodel: script\ntools: [oz.fail, test.echo]\nfailures:\n{failures}instructions: version {version}\n"
-        linted = manifests.lint(text)
+        linted = lint(text)
         assert linted.ok and linted.manifest is not None, linted.errors
         AgentVersion.objects.create(
             agent=agent, version=version, manifest_text=text, manifest=linted.manifest, digest=f"{name}{version}"

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from openapi_spec_validator import validate
 
+from agents.models import AgentVersion
 from runs import failures
-from runs.models import AgentVersion
 from tests.insights.planting import make_agent
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from runs import kernel
-from runs.execution import execute_claimed
 from runs.models import Run, Task, TraceEvent
+from runs.worker.execution import execute_claimed
 
 
 def queued(run: Run) -> list[Task]:
@@ -24,7 +24,7 @@ cancel_event: Callable[[], threading.Event] = threading.Event
 
 
 def step(run: Run, task: Task) -> bool:
-    claimed = kernel.claim_task(task.pk, f"driver:{task.pk}:{task.attempt}")
+    claimed = kernel.claim_task(run.pk, task.pk, f"driver:{task.pk}:{task.attempt}")
     if claimed is None:
         return False
     # The worker's own path after its claim: an unexpected exception settles the call, as in a worker.

@@ -82,7 +82,31 @@ def test_it_returns_receipts_with_await_tokens_on_create_and_append(team: Team) 
     run_id = body["run"]["id"]
     status, body = team.api().post(f"/runs/{run_id}/append", {"tasks": [{"key": "q2", "kind": "await", "question": "?"}]})
     assert status == 200 and set(body["receipt"]["tokens"]) == {"q2"}
-    assert {t["key"]: t["status"] for t in body["run"]["tasks"]} == {"q": "dispatched", "q2": "dispatched"}
+    status, document = team.api().get(f"/runs/{run_id}")
+    assert {t["key"]: t["status"] for t in document["tasks"]} == {"q": "dispatched", "q2": "dispatched"}
+
+
+@pytest.mark.spec("S17")
+def test_an_append_answers_a_receipt_and_links_not_the_run_document(team: Team) -> None:
+    status, body = create(team, {"tasks": [{"key": "gate", "kind": "await", "question": "?"}], "deliverable": "gate"})
+    assert status == 201 and body["receipt"]["keys"] == ["gate"]
+    run_id = body["run"]["id"]
+    created_seq = body["receipt"]["seq"]
+    assert created_seq > 0
+    status, body = team.api().post(f"/runs/{run_id}/append", {"tasks": [echo("b", 1), echo("c", 2, after=["b"])]})
+    assert status == 200
+    assert "tasks" not in body["run"] and body["run"]["id"] == run_id and body["run"]["status"] == "running"
+    assert body["run"]["last_seq"] == body["receipt"]["seq"]
+    assert body["receipt"]["keys"] == ["b", "c"] and body["receipt"]["tokens"] == {}
+    seq = body["receipt"]["seq"]
+    assert seq > created_seq
+    assert body["links"] == {"run": f"/api/v1/runs/{run_id}", "wait": f"/api/v1/runs/{run_id}/wait?after={seq}"}
+    # Every event the append wrote is at or below its seq: `wait?after=seq` misses none of what follows.
+    status, trace = team.api("reader").get(f"/runs/{run_id}/trace")
+    added = {e["task"]: e["seq"] for e in trace["events"] if e["event"] == "task_added"}
+    assert created_seq < added["b"] < added["c"] <= seq
+    status, document = team.api("reader").get(body["links"]["run"].removeprefix("/api/v1"))
+    assert status == 200 and [t["key"] for t in document["tasks"]] == ["gate", "b", "c"]
 
 
 @pytest.mark.spec("S15", "S22")
@@ -147,3 +171,31 @@ def test_it_serves_an_openapi_document(team: Team) -> None:
     status, doc = team.api().get("/openapi.json")
     assert status == 200 and doc["openapi"].startswith("3.")
     assert "/api/v1/workspaces/{ws}/runs" in doc["paths"]
+
+
+@pytest.mark.spec("S5", "F11")
+def test_the_run_documents_tasks_say_what_a_composed_call_would_do_to_those_who_may_read_it(
+    team: Team, no_dispatch: list[int], django_capture_on_commit_callbacks: Any
+) -> None:
+    """An approver working through the API reads the call it approves (tool and args) in the run
+    document, as the console shows it; a viewer gets the tool without the arguments."""
+    from tests.delegation.tree import agent, create, drive_tree
+
+    caller = agent(
+        team.workspace,
+        "model: script\ntools: [test.echo]\nscript:\n  - tool_calls: [{tool: test.echo, args: {value: wire 900 to acme}}]\n"
+        "  - text: done\n",
+        prefix="caller",
+    )
+    run = drive_tree(
+        create(team.workspace, team.users["operator"], agent=caller, approval={"mode": "ask"}), django_capture_on_commit_callbacks
+    )
+    status, document = team.api("reader").get(f"/runs/{run.pk}")
+    assert status == 200
+    call = next(t for t in document["tasks"] if t["key"] == "r1.1")
+    assert call["status"] == "needs_approval" and call["composed"] is True and call["lineage"]
+    assert call["spec"] == {"tool": "test.echo", "args": {"value": "wire 900 to acme"}}
+    _, as_viewer = team.api("viewer").get(f"/runs/{run.pk}")
+    viewed = next(t for t in as_viewer["tasks"] if t["key"] == "r1.1")
+    assert viewed["spec"] == {"tool": "test.echo"} and viewed["composed"] is True
+    assert "wire 900" not in str(as_viewer)

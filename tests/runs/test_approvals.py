@@ -10,7 +10,7 @@ import time_machine
 from django.utils import timezone
 
 from runs import kernel
-from runs.kernel.sweeps import sweep_clocks
+from runs.kernel import sweep_clocks
 from runs.models import Run, TraceEvent
 from tests.conftest import Team
 from tests.runs.driver import drive, statuses, task

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def test_it_would_catch_a_status_written_outside_the_kernel() -> None:
 
 @pytest.mark.django_db
 def test_it_fails_a_send_inside_an_open_transaction() -> None:
-    from runs.tasks import noop
+    from runs.worker.tasks import noop
 
     with pytest.raises(AssertionError, match="inside an open transaction"), transaction.atomic():
         noop.delay()
@@ -50,3 +51,170 @@ def test_it_fails_a_broadcast_inside_an_open_transaction() -> None:
 
     with pytest.raises(AssertionError, match="inside an open transaction"), transaction.atomic():
         realtime.publish(["run.x"], {"type": "run.changed"})
+
+
+# ---- the kernel's shape: one surface, layers that import one way, no Celery ----
+
+KERNEL = ROOT / "runs" / "kernel"
+# Each kernel module imports only from modules of earlier layers (never its own layer, never later).
+KERNEL_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"errors"}),  # typed refusals
+    frozenset({"graph", "access", "approvals", "guards"}),  # pure rules, status groups, who acts, approvals, guards
+    frozenset(
+        {"compile", "candidates", "templates"}
+    ),  # a request compiled (no HTTP, no writes); repair candidates; flow templates
+    frozenset({"txn"}),  # Txn + locked(): the unit of work
+    frozenset({"scheduling"}),  # evaluate, release, start, joins, a failure's policy
+    frozenset({"settling", "failure"}),  # run quiescence, holds, cancels / auto-retry, replayability
+    frozenset({"expansion"}),  # create, append, expand (a round's fan, ask, compaction)
+    frozenset({"verbs", "worker", "sweeps", "delegation"}),  # verbs, the worker protocol, clocks and lost work, child runs
+    frozenset({"leases", "rounds"}),  # runner leases; a model's answer (both report through the worker protocol)
+)
+FORBIDDEN_IN_KERNEL = ("celery", "runs.tasks", "runs.worker", "runs.execution")
+# Tests that drive kernel internals directly: the property tests of the pure graph rules, and the
+# test that swaps the unit of work's write order to prove the order matters.
+KERNEL_INTERNALS_ALLOWED = frozenset({"tests/runs/test_properties.py", "tests/runs/test_kernel_txn.py"})
+
+
+def imports_of(source: str) -> list[tuple[str, list[str], bool]]:
+    """(module, imported names, at module level) for every import statement in `source`."""
+    tree = ast.parse(source)
+    top = {id(node) for node in tree.body}
+    found: list[tuple[str, list[str], bool]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, [], id(node) in top) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, [alias.name for alias in node.names], id(node) in top))
+    return found
+
+
+def kernel_module_names() -> set[str]:
+    return {path.stem for path in KERNEL.glob("*.py") if path.stem != "__init__"}
+
+
+def submodule_imports(source: str) -> list[str]:
+    """Imports of a kernel submodule (anything but the package `runs.kernel` and its exported names)."""
+    submodules = kernel_module_names()
+    offenders = []
+    for module, names, _ in imports_of(source):
+        if module.startswith("runs.kernel."):
+            offenders.append(module)
+        elif module == "runs.kernel":
+            offenders.extend(f"runs.kernel.{name}" for name in names if name in submodules)
+    return offenders
+
+
+def private_imports(source: str) -> list[str]:
+    return [
+        f"{module}.{name}"
+        for module, names, _ in imports_of(source)
+        if module.startswith("runs.kernel")
+        for name in names
+        if name.startswith("_") and name != "__future__"
+    ]
+
+
+def forbidden_imports(source: str) -> list[str]:
+    return [
+        module
+        for module, _, _ in imports_of(source)
+        if any(module == name or module.startswith(f"{name}.") for name in FORBIDDEN_IN_KERNEL)
+    ]
+
+
+def function_level_imports(source: str) -> list[str]:
+    return [module for module, _, at_top in imports_of(source) if not at_top]
+
+
+def layer_of(name: str) -> int:
+    for index, layer in enumerate(KERNEL_LAYERS):
+        if name in layer:
+            return index
+    raise AssertionError(f"runs/kernel/{name}.py is in no layer of KERNEL_LAYERS: place it")
+
+
+def upward_imports(name: str, source: str) -> list[str]:
+    """Kernel modules `name` imports from its own layer or a later one."""
+    own = layer_of(name)
+    offenders = []
+    for module, names, _ in imports_of(source):
+        if module.startswith("runs.kernel."):
+            targets = [module.removeprefix("runs.kernel.")]
+        elif module == "runs.kernel":
+            targets = [n for n in names if n in kernel_module_names()]
+        else:
+            continue
+        offenders.extend(f"{name} -> {target}" for target in targets if layer_of(target) >= own)
+    return offenders
+
+
+def python_files_outside_the_kernel() -> list[Path]:
+    return [
+        path
+        for path in ROOT.glob("*/**/*.py")
+        if not path.relative_to(ROOT).as_posix().startswith((".venv/", "runs/kernel/"))
+        and "/migrations/" not in path.relative_to(ROOT).as_posix()
+    ]
+
+
+def test_it_imports_the_kernel_only_through_its_package() -> None:
+    offenders = []
+    for path in python_files_outside_the_kernel():
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in KERNEL_INTERNALS_ALLOWED:
+            continue
+        offenders.extend(f"{relative}: {module}" for module in submodule_imports(path.read_text()))
+    assert not offenders, "import `runs.kernel` (its __init__ is the surface), not its modules:\n" + "\n".join(offenders)
+
+
+def test_it_would_catch_a_kernel_submodule_imported_from_outside() -> None:
+    assert submodule_imports("from runs.kernel.txn import locked\n") == ["runs.kernel.txn"]
+    assert submodule_imports("from runs.kernel import scheduling\n") == ["runs.kernel.scheduling"]
+    assert submodule_imports("def f():\n    import runs.kernel.verbs\n") == ["runs.kernel.verbs"]
+    assert submodule_imports("from runs.kernel import Conflict, create_run\nfrom runs import kernel\n") == []
+
+
+def test_no_kernel_module_imports_a_private_name_of_another() -> None:
+    offenders = []
+    for path in sorted(KERNEL.glob("*.py")):
+        offenders.extend(f"{path.name}: {name}" for name in private_imports(path.read_text()))
+    assert not offenders, "what kernel modules share is public:\n" + "\n".join(offenders)
+
+
+def test_it_would_catch_a_private_kernel_name_imported() -> None:
+    assert private_imports("from runs.kernel.scheduling import _release, evaluate\n") == ["runs.kernel.scheduling._release"]
+    assert private_imports("from runs.kernel.scheduling import release\n") == []
+
+
+def test_the_kernel_imports_no_celery_and_nothing_inside_functions() -> None:
+    offenders = []
+    for path in sorted(KERNEL.glob("*.py")):
+        source = path.read_text()
+        offenders.extend(f"{path.name}: imports {module}" for module in forbidden_imports(source))
+        offenders.extend(f"{path.name}: imports {module} inside a function" for module in function_level_imports(source))
+    assert not offenders, "the kernel sends through its installed Sender and imports at module level:\n" + "\n".join(offenders)
+
+
+def test_it_would_catch_celery_or_a_hidden_import_in_the_kernel() -> None:
+    assert forbidden_imports("from celery import shared_task\n") == ["celery"]
+    assert forbidden_imports("from runs.tasks import execute_task\n") == ["runs.tasks"]
+    assert forbidden_imports("from runs.worker.execution import x\n") == ["runs.worker.execution"]
+    assert forbidden_imports("from runs.tools import get_tool\n") == []
+    assert function_level_imports("import os\ndef f():\n    from runs.tools import get_tool\n") == ["runs.tools"]
+
+
+def test_kernel_modules_import_only_from_earlier_layers() -> None:
+    assert kernel_module_names() == set().union(*KERNEL_LAYERS), "KERNEL_LAYERS names exactly the kernel's modules"
+    offenders = []
+    for path in sorted(KERNEL.glob("*.py")):
+        if path.stem != "__init__":
+            offenders.extend(upward_imports(path.stem, path.read_text()))
+    assert not offenders, "kernel imports point one way (see KERNEL_LAYERS):\n" + "\n".join(offenders)
+
+
+def test_it_would_catch_an_import_against_the_layers() -> None:
+    assert upward_imports("scheduling", "from runs.kernel.settling import release_hold\n") == ["scheduling -> settling"]
+    assert upward_imports("settling", "from runs.kernel.failure import renewed\n") == ["settling -> failure"]
+    assert upward_imports("txn", "from runs.kernel import verbs\n") == ["txn -> verbs"]
+    assert upward_imports("verbs", "from runs.kernel.expansion import expand\nfrom runs.kernel.txn import locked\n") == []

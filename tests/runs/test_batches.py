@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from django.test import override_settings
 
 from runs import kernel
-from runs.execution import tool_outcome
-from runs.kernel.transitions import quick_chunks
+from runs.kernel import quick_chunks
 from runs.models import Run, TraceEvent
+from runs.worker.execution import tool_outcome
 from tests.conftest import Team
 from tests.runs.driver import echo, fail, join, statuses, task
 
@@ -25,9 +26,9 @@ def create(team: Team, tasks: list[dict[str, Any]], deliverable: str) -> Run:
 
 def run_chunk(run: Run, keys: list[str], claim: str = "chunk") -> int:
     ids = [task(run, k).pk for k in keys]
-    claimed = kernel.claim_batch(ids, claim, run.pk)
+    claimed = kernel.claim_batch(run.pk, ids, claim)
     outcomes = [tool_outcome(c, threading.Event()) for c in claimed]
-    kernel.report_batch(run.pk, claim, outcomes)
+    kernel.report_batch(outcomes)
     return len(claimed)
 
 
@@ -55,28 +56,29 @@ def test_it_settles_a_chunk_in_one_transaction_with_each_calls_own_policy(team: 
 
 def test_it_claims_only_what_is_still_queued(team: Team) -> None:
     run = create(team, [echo("a"), echo("b")], "b")
-    assert kernel.claim_task(task(run, "a").pk, "single") is not None
-    claimed = kernel.claim_batch([task(run, "a").pk, task(run, "b").pk], "chunk", run.pk)
+    single = kernel.claim_task(None, task(run, "a").pk, "single")
+    assert single is not None
+    claimed = kernel.claim_batch(run.pk, [task(run, "a").pk, task(run, "b").pk], "chunk")
     assert [c.key for c in claimed] == ["b"]
     # A report for a call the chunk does not hold changes nothing.
-    assert kernel.report_batch(run.pk, "chunk", [kernel.Outcome(task(run, "a").pk, value=9)]) == []
+    assert kernel.report_batch([kernel.Outcome(replace(single, claim="chunk"), value=9)]) == []
     assert task(run, "a").status == "running"
 
 
 def test_it_hands_the_next_quick_calls_to_the_reporting_worker(team: Team) -> None:
     run = create(team, [echo("a"), echo("b", after=["a"]), echo("c", after=["b"])], "c")
-    claimed = kernel.claim_batch([task(run, "a").pk], "w", run.pk)
-    taken = kernel.report_batch(run.pk, "w", [tool_outcome(c, threading.Event()) for c in claimed], take=2)
+    claimed = kernel.claim_batch(run.pk, [task(run, "a").pk], "w")
+    taken = kernel.report_batch([tool_outcome(c, threading.Event()) for c in claimed], take=2)
     assert taken == [task(run, "b").pk]
     assert task(run, "b").ready and task(run, "b").status == "waiting"
 
 
 def test_it_stops_a_chunk_of_a_canceled_run(team: Team) -> None:
     run = create(team, [echo("a"), echo("b")], "b")
-    claimed = kernel.claim_batch([task(run, "a").pk], "chunk", run.pk)
+    claimed = kernel.claim_batch(run.pk, [task(run, "a").pk], "chunk")
     kernel.cancel_run(run_id=run.pk, user=team.users["operator"], reason="stop")
-    assert kernel.heartbeat_claim("chunk") is True
-    kernel.report_batch(run.pk, "chunk", [kernel.Outcome(claimed[0].task_id, stopped=True)])
+    assert kernel.heartbeat("chunk") is True
+    kernel.report_batch([kernel.Outcome(claimed[0], stopped=True)])
     run.refresh_from_db()
     assert run.status == "canceled" and statuses(run) == {"a": "canceled", "b": "canceled"}
 
@@ -85,4 +87,4 @@ def test_it_keeps_quick_tools_replayable() -> None:
     from runs.tools import Tool
 
     with pytest.raises(ValueError, match="replayable"):
-        Tool("x.quick", "", None, replayable=False, quick=True)
+        Tool("x.quick", "", replayable=False, quick=True)

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from runs import kernel
-from runs.kernel.errors import KernelError
+from runs.kernel import KernelError
 from runs.models import Run, TraceEvent
 from tests.conftest import Team
 from tests.runs.driver import drive, echo, fail, join, task
@@ -56,10 +56,10 @@ def test_it_releases_a_join_once_when_two_completions_race() -> None:
     team = Team()
     for _ in range(5):
         run = create(team, [echo("a"), echo("b"), join("j", ["a", "b"])], "j")
-        a = kernel.claim_task(task(run, "a").pk, "wa")
-        b = kernel.claim_task(task(run, "b").pk, "wb")
+        a = kernel.claim_task(None, task(run, "a").pk, "wa")
+        b = kernel.claim_task(None, task(run, "b").pk, "wb")
         assert a and b
-        race(lambda a=a: kernel.task_complete(a.task_id, "wa", 1), lambda b=b: kernel.task_complete(b.task_id, "wb", 2))
+        race(lambda a=a: kernel.task_complete(a, 1), lambda b=b: kernel.task_complete(b, 2))
         run.refresh_from_db()
         assert run.status == "completed"
         assert status_events(run, "j", "completed") == 1
@@ -70,10 +70,10 @@ def test_it_releases_a_join_once_when_two_completions_race() -> None:
 def test_it_settles_an_any_join_once_when_two_winners_race() -> None:
     team = Team()
     run = create(team, [echo("a"), echo("b"), join("j", ["a", "b"], "any")], "j")
-    a = kernel.claim_task(task(run, "a").pk, "wa")
-    b = kernel.claim_task(task(run, "b").pk, "wb")
+    a = kernel.claim_task(None, task(run, "a").pk, "wa")
+    b = kernel.claim_task(None, task(run, "b").pk, "wb")
     assert a and b
-    outcomes = race(lambda: kernel.task_complete(a.task_id, "wa", "A"), lambda: kernel.task_complete(b.task_id, "wb", "B"))
+    outcomes = race(lambda: kernel.task_complete(a, "A"), lambda: kernel.task_complete(b, "B"))
     run.refresh_from_db()
     assert status_events(run, "j", "completed") == 1
     # The loser of the race was canceled after the join settled, so its report found its claim gone.
@@ -86,16 +86,16 @@ def test_it_decides_a_cancel_racing_a_completion_once() -> None:
     team = Team()
     for _ in range(5):
         run = create(team, [echo("a"), echo("b", after=["a"])], "b")
-        claimed = kernel.claim_task(task(run, "a").pk, "w")
+        claimed = kernel.claim_task(None, task(run, "a").pk, "w")
         assert claimed
         race(
-            lambda claimed=claimed: kernel.task_complete(claimed.task_id, "w", 1),
+            lambda claimed=claimed: kernel.task_complete(claimed, 1),
             lambda run=run: kernel.cancel_run(run_id=run.pk, user=team.users["operator"], reason="stop"),
         )
         run.refresh_from_db()
         if run.status == "canceling":
             # The completion won; b was canceled unstarted... or b became ready first and is queued: stop it.
-            kernel.task_stopped(task(run, "a").pk, "w")
+            kernel.task_stopped(claimed)
             run.refresh_from_db()
         assert run.status == "canceled"
         assert task(run, "b").status == "canceled"

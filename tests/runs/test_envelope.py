@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runs.kernel.errors import InvalidRequest
-from runs.kernel.validation import MAX_ENTRIES, MAX_PAYLOAD_BYTES, check_storable, parse_body
+from runs.kernel import MAX_ENTRIES, MAX_PAYLOAD_BYTES, InvalidRequest, check_storable
 from runs.models import Run, Task
+from runs.schemas import parse_body
 from tests.conftest import Team
 from tests.runs.driver import echo
 

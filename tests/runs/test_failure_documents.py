@@ -10,9 +10,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from inbox.selectors import held_runs
+from console.holds import held_runs
 from runs import kernel
-from runs.kernel.sweeps import sweep_clocks
+from runs.kernel import sweep_clocks
 from runs.models import Run
 from tests.conftest import Team
 from tests.runs.driver import drive, echo, fail
@@ -86,7 +86,7 @@ def test_it_drops_the_failure_when_the_hold_is_released(team: Team) -> None:
 def test_it_gives_timed_out_and_uncertain_tasks_their_kinds(team: Team) -> None:
     from django.conf import settings
 
-    from runs.kernel.sweeps import sweep_expired_claims
+    from runs.kernel import sweep_expired_claims
     from tests.runs.driver import task
 
     run, _ = kernel.create_run(
@@ -99,7 +99,7 @@ def test_it_gives_timed_out_and_uncertain_tasks_their_kinds(team: Team) -> None:
             ]
         },
     )
-    assert kernel.claim_task(task(run, "pay").pk, "dies") is not None
+    assert kernel.claim_task(None, task(run, "pay").pk, "dies") is not None
     later = timezone.now() + timedelta(seconds=settings.OZ0_LEASE_SECONDS + 6)
     sweep_clocks(later)
     sweep_expired_claims(later)

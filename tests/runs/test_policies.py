@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runs import kernel
-from runs.kernel.errors import Conflict
+from runs.kernel import Conflict
 from runs.models import Run
 from tests.conftest import Team
 from tests.runs.driver import drive, echo, fail, join, statuses, task
@@ -83,7 +83,7 @@ def test_it_finishes_what_can_run_then_holds_on_halt(team: Team) -> None:
 
 @pytest.mark.spec("S13", "S19")
 def test_it_keeps_a_hold_with_no_clock(team: Team) -> None:
-    from runs.kernel.sweeps import sweep_clocks, sweep_expired_claims
+    from runs.kernel import sweep_clocks, sweep_expired_claims
 
     run = drive(create(team, [fail("a", on_failure="halt"), echo("c", after=["a"])], "c"))
     from datetime import timedelta

@@ -14,7 +14,7 @@ import pytest
 from django.db import transaction
 
 from runs import kernel
-from runs.kernel.errors import Conflict
+from runs.kernel import Conflict
 from runs.models import Run, Task, TraceEvent
 from tests.conftest import Team
 from tests.runs.driver import drive, task
@@ -164,12 +164,12 @@ def test_it_still_refuses_to_renew_a_spent_route(team: Team, instant_waits: None
 def test_it_settles_a_round_whose_worker_meets_an_unexpected_exception(
     team: Team, instant_waits: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runs import rounds
+    from runs.worker import round_driver
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a bug in the round driver")
 
-    monkeypatch.setattr(rounds, "_report_answer", broken)
+    monkeypatch.setattr(round_driver, "_report_answer", broken)
     run = held_round(team, [ANSWERS["200"]], 3)
     r1 = task(run, "r1")
     assert (r1.status, r1.error_key, r1.claim) == ("failed", "error", None)
@@ -208,7 +208,7 @@ def test_it_fails_a_call_whose_workers_keep_dying_instead_of_handing_it_on_forev
     from django.conf import settings
     from django.utils import timezone
 
-    from runs.kernel.sweeps import MAX_EXPIRED_CLAIMS, sweep_expired_claims
+    from runs.kernel import MAX_EXPIRED_CLAIMS, sweep_expired_claims
 
     run, _ = kernel.create_run(
         workspace=team.workspace,
@@ -219,7 +219,7 @@ def test_it_fails_a_call_whose_workers_keep_dying_instead_of_handing_it_on_forev
     for lost in range(1, MAX_EXPIRED_CLAIMS + 1):
         r1 = task(run, "r1")
         assert (r1.status, r1.ready) == ("waiting", True), lost
-        assert kernel.claim_task(r1.pk, f"worker-{lost}") is not None
+        assert kernel.claim_task(None, r1.pk, f"worker-{lost}") is not None
         later += timedelta(seconds=settings.OZ0_LEASE_SECONDS + 1)
         sweep_expired_claims(later)
     r1 = task(run, "r1")

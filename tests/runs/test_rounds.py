@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runs import kernel
-from runs.kernel.errors import Conflict
+from runs.kernel import Conflict
 from runs.models import Run, TraceEvent
 from tests.conftest import Team
 from tests.runs.driver import drive, statuses, task

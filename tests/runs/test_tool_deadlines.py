@@ -12,9 +12,7 @@ import pytest
 from django.utils import timezone
 
 from runs import failures, kernel
-from runs.kernel.executors import sweep_unserved_calls
-from runs.kernel.sweeps import sweep_clocks
-from runs.kernel.validation import InvalidRequest
+from runs.kernel import InvalidRequest, sweep_clocks, sweep_unserved_calls
 from runs.models import Executor, Run, TraceEvent
 from tests.conftest import Api, Team
 from tests.factories import make_member, make_token, make_workspace
@@ -40,19 +38,19 @@ def remote(key: str = "a", **extra: Any) -> dict[str, Any]:
 def test_it_times_out_a_hung_kernel_tool_and_tells_its_holder_to_stop(team: Team) -> None:
     run = create(team, [sleeper(timeout_s=5, on_failure="halt")], "s")
     s = task(run, "s")
-    claimed = kernel.claim_task(s.pk, "worker-a")
+    claimed = kernel.claim_task(None, s.pk, "worker-a")
     assert claimed is not None
     s.refresh_from_db()
     assert s.deadline_at is not None and 4 <= (s.deadline_at - s.started_at).total_seconds() <= 6
     # The holder heartbeats forever; the deadline ends the call all the same.
-    assert kernel.heartbeat(s.pk, "worker-a") is False
+    assert kernel.heartbeat("worker-a") is False
     assert sweep_clocks(timezone.now() + timedelta(seconds=6)) == 1
     s.refresh_from_db()
     assert (s.status, s.error_key, s.claim, s.cancel_requested) == ("timed_out", "tool_timeout", None, True)
     assert failures.kind_for_error_key(s.error_key) == "timeout"
     # Its holder learns it must stop; its late report changes nothing.
-    assert kernel.heartbeat(s.pk, "worker-a") is True
-    assert kernel.task_complete(s.pk, "worker-a", 1) is False
+    assert kernel.heartbeat("worker-a") is True
+    assert kernel.task_complete(claimed, 1) is False
     run.refresh_from_db()
     assert run.status == "needs_attention" and run.attention["blocked_task_keys"] == ["s"]
 
@@ -61,7 +59,7 @@ def test_it_gives_every_tool_call_the_default_deadline(team: Team, settings: Any
     settings.OZ0_TOOL_TIMEOUT_SECONDS = 900
     run = create(team, [sleeper()], "s")
     s = task(run, "s")
-    kernel.claim_task(s.pk, "worker-a")
+    kernel.claim_task(None, s.pk, "worker-a")
     s.refresh_from_db()
     assert round((s.deadline_at - s.started_at).total_seconds()) == 900
     assert sweep_clocks(timezone.now() + timedelta(seconds=899)) == 0
@@ -70,10 +68,10 @@ def test_it_gives_every_tool_call_the_default_deadline(team: Team, settings: Any
 
 
 def test_it_stops_a_cooperative_tool_at_its_deadline(team: Team) -> None:
-    from runs.execution import run_tool
+    from runs.worker.execution import run_tool
 
     run = create(team, [sleeper(timeout_s=1, on_failure="absorb"), {**sleeper("next", 0), "after": ["s"]}], "next")
-    claimed = kernel.claim_task(task(run, "s").pk, "worker-a")
+    claimed = kernel.claim_task(None, task(run, "s").pk, "worker-a")
     assert claimed is not None
     cancel = threading.Event()
     sweep_clocks(timezone.now() + timedelta(seconds=2))
@@ -86,8 +84,8 @@ def test_it_stops_a_cooperative_tool_at_its_deadline(team: Team) -> None:
 
 
 def test_it_takes_a_model_composed_calls_deadline_from_the_manifest(team: Team) -> None:
-    from runs.execution import execute_claimed
-    from runs.manifests import register
+    from agents.registry import register
+    from runs.worker.execution import execute_claimed
 
     name = f"waiter-{uuid.uuid4().hex[:8]}"
     register(
@@ -99,12 +97,12 @@ def test_it_takes_a_model_composed_calls_deadline_from_the_manifest(team: Team) 
     run, _ = kernel.create_run(
         workspace=team.workspace, user=team.users["operator"], body={"agent": name, "approval": {"mode": "bypass"}}
     )
-    claimed = kernel.claim_task(task(run, "r1").pk, "worker-r")
+    claimed = kernel.claim_task(None, task(run, "r1").pk, "worker-r")
     assert claimed is not None
     execute_claimed(claimed, threading.Event())
     assert task(run, "r1.1").spec["timeout_s"] == 7.0
     assert "timeout_s" not in task(run, "r1.2").spec
-    sleeping = kernel.claim_task(task(run, "r1.1").pk, "worker-s")
+    sleeping = kernel.claim_task(None, task(run, "r1.1").pk, "worker-s")
     assert sleeping is not None
     assert sweep_clocks(timezone.now() + timedelta(seconds=8)) == 1
     assert task(run, "r1.1").error_key == "tool_timeout"

@@ -12,8 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runs import kernel
-from runs.kernel.errors import Conflict
-from runs.kernel.sweeps import sweep_expired_claims
+from runs.kernel import Conflict, sweep_expired_claims
 from runs.models import EffectRecord, Run
 from runs.selectors import candidates
 from tests.conftest import Team
@@ -32,7 +31,7 @@ def round_with_effect(team: Team, effect_id: str, **round_: Any) -> Run:
     assert step(run, task(run, "r1"))
     call = task(run, "r1.1")
     assert call.on_failure == "absorb" and call.composed
-    assert kernel.claim_task(call.pk, "worker-that-dies") is not None
+    assert kernel.claim_task(None, call.pk, "worker-that-dies") is not None
     sweep_expired_claims(timezone.now() + timedelta(seconds=settings.OZ0_LEASE_SECONDS + 1))
     run.refresh_from_db()
     return run
@@ -93,7 +92,7 @@ def test_it_skips_the_dependents_of_an_abandoned_uncertain_call_that_propagates(
             "deliverable": "after",
         },
     )
-    assert kernel.claim_task(task(run, "pay").pk, "worker-that-dies") is not None
+    assert kernel.claim_task(None, task(run, "pay").pk, "worker-that-dies") is not None
     sweep_expired_claims(timezone.now() + timedelta(seconds=settings.OZ0_LEASE_SECONDS + 1))
     run.refresh_from_db()
     assert run.status == "needs_attention" and run.attention["blocked_task_keys"] == ["pay"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runs import kernel
-from runs.kernel.errors import Conflict, Forbidden, NotFound
+from runs.kernel import Conflict, Forbidden, NotFound
 from runs.models import Finding, Run, TraceEvent
 from runs.selectors import candidates
 from tests.conftest import Team
@@ -117,13 +117,13 @@ def test_it_cancels_unstarted_work_and_fails_the_run_as_cancelled(team: Team) ->
 @pytest.mark.spec("S29", "F1")
 def test_it_waits_for_in_flight_work_before_a_cancel_completes(team: Team) -> None:
     run = create(team, [echo("a"), echo("b", after=["a"])], "b")
-    claimed = kernel.claim_task(task(run, "a").pk, "w1")
+    claimed = kernel.claim_task(None, task(run, "a").pk, "w1")
     assert claimed is not None
     run = kernel.cancel_run(run_id=run.pk, user=team.users["operator"], reason="stop")
     assert run.status == "canceling"
     assert task(run, "a").cancel_requested
-    assert kernel.heartbeat(claimed.task_id, "w1") is True
-    kernel.task_stopped(claimed.task_id, "w1")
+    assert kernel.heartbeat("w1") is True
+    kernel.task_stopped(claimed)
     run.refresh_from_db()
     assert run.status == "canceled"
     assert statuses(run) == {"a": "canceled", "b": "canceled"}
@@ -159,7 +159,7 @@ def test_it_pauses_dispatch_and_resumes_it(team: Team) -> None:
     run = create(team, [echo("a"), echo("b", after=["a"])], "b")
     drive_one = queued(run)[0]
     kernel.pause_run(run_id=run.pk, user=team.users["operator"])
-    assert kernel.claim_task(drive_one.pk, "w") is None
+    assert kernel.claim_task(None, drive_one.pk, "w") is None
     run.refresh_from_db()
     assert run.status == "paused"
     with pytest.raises(Conflict):
@@ -193,7 +193,7 @@ def test_it_times_out_an_await_with_a_clock(team: Team) -> None:
 
     from django.utils import timezone
 
-    from runs.kernel.sweeps import sweep_clocks
+    from runs.kernel import sweep_clocks
 
     run = create(team, [{"key": "q", "kind": "await", "question": "?", "timeout_s": 60, "on_failure": "halt"}], "q")
     sweep_clocks(timezone.now() + timedelta(seconds=30))

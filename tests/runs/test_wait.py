@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
 import psycopg
 import pytest
-from asgiref.sync import sync_to_async
-from channels.testing import HttpCommunicator
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import HttpCommunicator, WebsocketCommunicator
 from django.db import connection
+from django.test import Client
 
 from runs import kernel, waits
 from runs.models import Run
-from tests.conftest import Team
+from tests.conftest import Team, wait_for
 from tests.runs.driver import echo
 
 pytestmark = pytest.mark.usefixtures("committed", "no_dispatch")
@@ -160,3 +162,46 @@ def test_it_refuses_bad_input_typed() -> None:
     assert status == 404 and body["error"]["key"] == "not_found"
     status, body = api.get(f"/runs/{run.pk}/wait?after=0&timeout=99999999999")
     assert status == 200  # clamped to 60 s, and events are there already
+
+
+def test_it_leaves_live_sockets_on_other_event_loops_working_while_it_waits() -> None:
+    """Waits and websocket consumers share the process's channel layer. Before, a wait's receiver
+    took the layer's receive section, which admits one event loop at a time: while any wait was
+    open, every socket served from another loop failed to receive, and a wait whose loop never
+    finished locked them out for the life of the process."""
+    from oz0site.asgi import application
+
+    team = Team()
+    run = _await_run(team)
+    client = Client()
+    client.force_login(team.users["viewer"])
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    connection.close()
+    answers: list[tuple[int, dict[str, Any], dict[str, str]]] = []
+    waiting = threading.Thread(
+        target=lambda: answers.append(asyncio.run(_wait(team.tokens["viewer"], run.pk, after=10**6, timeout=6)))
+    )
+    waiting.start()
+    wait_for(lambda: any(c.receiver is not None for c in list(waits._changes.values())), message="the wait to subscribe")
+    time.sleep(0.5)  # its receiver is now receiving, on the wait thread's event loop
+
+    async def live_socket() -> dict[str, Any]:
+        communicator = WebsocketCommunicator(
+            application,
+            f"/ws/workspaces/{team.slug}/",
+            headers=[(b"cookie", cookie.encode()), (b"origin", b"http://localhost"), (b"host", b"localhost")],
+        )
+        connected, _ = await communicator.connect(timeout=5)
+        assert connected
+        try:
+            await sync_to_async(_append, thread_sensitive=False)(team, run)
+            return await communicator.receive_json_from(timeout=5)
+        finally:
+            await communicator.disconnect()
+
+    try:
+        pushed = async_to_sync(live_socket)()
+    finally:
+        waiting.join(30)
+    assert pushed["run"] == str(run.pk) and pushed["type"] == "run.changed"
+    assert answers and answers[0][0] == 200, answers

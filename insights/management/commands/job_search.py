@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from insights import search
-from runs.kernel.errors import KernelError
+from runs.kernel import KernelError
 from runs.models import Workspace
 
 COLUMNS = ("created_at", "workspace", "agent", "version", "kind", "flags", "step", "error_key", "attempts", "run")

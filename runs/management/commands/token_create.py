@@ -15,7 +15,7 @@ from django.core.validators import validate_slug
 from django.db import transaction
 
 from runs import tokens
-from runs.kernel.errors import KernelError
+from runs.kernel import KernelError
 from runs.models import Membership, Role, Workspace
 
 

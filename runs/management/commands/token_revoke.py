@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs import tokens
-from runs.kernel.errors import KernelError
+from runs.kernel import KernelError
 
 
 class Command(BaseCommand):

@@ -1,0 +1,197 @@
+"""The agents part of the JSON API (API.md): register and lint manifests, list and read a workspace's agents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+
+from agents import access
+from agents.lint import InvalidManifest, Linted, lint
+from agents.models import Agent, AgentVersion
+from agents.registry import register
+from runs.kernel import NotFound
+from runs.models import Workspace
+from runs.schemas import ErrorBody, ErrorOut
+
+router = Router(tags=["agents"])
+
+ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut}
+
+
+class ManifestIn(Schema):
+    manifest: str
+    # The agent's workspace; left out, the one workspace the caller operates (lint: any role).
+    workspace: str | None = None
+
+
+class WorkspaceManifestIn(Schema):
+    manifest: str
+
+
+class ProblemOut(Schema):
+    line: int
+    field: str
+    message: str
+
+
+class RegisteredOut(Schema):
+    name: str
+    workspace: str
+    version: int
+    created: bool
+    warnings: list[ProblemOut]
+
+
+class InvalidManifestError(ErrorBody):
+    # Every error of the manifest (`invalid_manifest`); absent from the endpoint's other 400s.
+    errors: list[ProblemOut] = []
+
+
+class InvalidManifestOut(Schema):
+    error: InvalidManifestError
+    warnings: list[ProblemOut] = []
+
+
+class LintOut(Schema):
+    errors: list[ProblemOut]
+    warnings: list[ProblemOut]
+
+
+class FailureOut(Schema):
+    kind: str
+    description: str
+    retryable: bool
+    partial: bool
+    person: bool
+
+
+class AgentOut(Schema):
+    name: str
+    workspace: str
+    version: int
+    model: str
+    fallback_models: list[str]
+    tools: list[str]
+    failures: list[FailureOut]
+    approval: dict[str, Any]
+    created_at: str
+
+
+class AgentPage(Schema):
+    items: list[AgentOut]
+
+
+class AgentDetail(AgentOut):
+    # The agent's words: null for a viewer, who sees no content.
+    instructions: str | None
+    manifest: str | None
+    content_visible: bool
+    versions: list[int]
+
+
+def _agent_document(version: AgentVersion) -> dict[str, Any]:
+    manifest = version.manifest
+    return {
+        "name": version.agent.name,
+        "workspace": version.agent.workspace.slug,
+        "version": version.version,
+        "model": manifest.get("model", ""),
+        "fallback_models": manifest.get("fallback_models", []),
+        "tools": manifest.get("tools", []),
+        "failures": manifest.get("failures", []),
+        "approval": manifest.get("approval", {}),
+        "created_at": version.created_at.isoformat(),
+    }
+
+
+def _register(request: HttpRequest, text: str, workspace: Workspace) -> Any:
+    try:
+        registered = register(text, request.user, workspace=workspace)
+    except InvalidManifest as invalid:
+        return 400, _invalid(invalid.linted)
+    body = {
+        "name": registered.version.agent.name,
+        "workspace": workspace.slug,
+        "version": registered.version.version,
+        "created": registered.created,
+        "warnings": [w.as_dict() for w in registered.warnings],
+    }
+    # The contract answers 201 either way; `created` says whether this made a new version.
+    return 201, body
+
+
+@router.post(
+    "/agents", response={**ERRORS, 201: RegisteredOut, 400: InvalidManifestOut}, summary="Register an agent's manifest (F2-F8)"
+)
+def register_agent(request: HttpRequest, payload: ManifestIn) -> Any:
+    """A changed manifest becomes the agent's next version; an unchanged one answers with the current version.
+
+    The agent belongs to `workspace` (left out: the one workspace the caller operates), where the
+    caller needs operator standing."""
+    return _register(request, payload.manifest, access.registering_workspace(request.user, payload.workspace))
+
+
+@router.post(
+    "/workspaces/{ws}/agents",
+    response={**ERRORS, 201: RegisteredOut, 400: InvalidManifestOut},
+    summary="Register an agent of a workspace (F2-F8)",
+)
+def register_workspace_agent(request: HttpRequest, ws: str, payload: WorkspaceManifestIn) -> Any:
+    return _register(request, payload.manifest, access.registering_workspace(request.user, ws))
+
+
+def _invalid(linted: Linted) -> dict[str, Any]:
+    errors = [e.as_dict() for e in linted.errors]
+    detail = "; ".join(f"line {e.line}: {e}" for e in linted.errors)
+    body = {
+        "error": {"key": "invalid_manifest", "detail": detail, "errors": errors},
+        "warnings": [w.as_dict() for w in linted.warnings],
+    }
+    return body
+
+
+@router.post("/agents/lint", response={200: LintOut, **ERRORS}, summary="Lint a manifest without registering it (F2-F8)")
+def lint_agent(request: HttpRequest, payload: ManifestIn) -> dict[str, Any]:
+    """Needs a role (any) in the workspace named, or in some workspace."""
+    access.require_lint_standing(request.user, payload.workspace)
+    linted = lint(payload.manifest)
+    return {"errors": [e.as_dict() for e in linted.errors], "warnings": [w.as_dict() for w in linted.warnings]}
+
+
+@router.get("/agents", response={200: AgentPage, **ERRORS}, summary="The agents of your workspaces, each at its latest version")
+def list_agents(request: HttpRequest, workspace: str | None = None) -> dict[str, Any]:
+    return {"items": [_agent_document(v) for v in access.visible_versions(request.user, workspace)]}
+
+
+@router.get("/workspaces/{ws}/agents", response={200: AgentPage, **ERRORS}, summary="A workspace's agents")
+def list_workspace_agents(request: HttpRequest, ws: str) -> dict[str, Any]:
+    return {"items": [_agent_document(v) for v in access.visible_versions(request.user, ws)]}
+
+
+def _detail(request: HttpRequest, agent: Agent) -> dict[str, Any]:
+    versions = list(AgentVersion.objects.select_related("agent", "agent__workspace").filter(agent=agent).order_by("-version"))
+    if not versions:
+        raise NotFound("agent")
+    latest = versions[0]
+    content = access.can_read_agent_content(request.user, agent)
+    return {
+        **_agent_document(latest),
+        "instructions": latest.manifest.get("instructions", "") if content else None,
+        "manifest": latest.manifest_text if content else None,
+        "content_visible": content,
+        "versions": [v.version for v in versions],
+    }
+
+
+@router.get("/agents/{name}", response={200: AgentDetail, **ERRORS}, summary="One agent at its latest version")
+def get_agent(request: HttpRequest, name: str, workspace: str | None = None) -> dict[str, Any]:
+    """The agent of that name in `workspace`, or in the one of your workspaces that has one.
+    Its instructions and manifest text are content: null for a viewer."""
+    return _detail(request, access.agent_for(request.user, name, workspace))
+
+
+@router.get("/workspaces/{ws}/agents/{name}", response={200: AgentDetail, **ERRORS}, summary="One agent of a workspace")
+def get_workspace_agent(request: HttpRequest, ws: str, name: str) -> dict[str, Any]:
+    return _detail(request, access.agent_for(request.user, name, ws))

@@ -1,0 +1,199 @@
+"""Bulk repair: retry or abandon many held runs at once, from the Holds page or the JSON API.
+
+Each run is what one click does (kernel.retry / kernel.abandon on each repair candidate the
+filter chooses), in one transaction per run that first takes the run's row lock and checks,
+under it, that the run is still held and still matches. Two operators racing therefore never
+repair a run twice: whoever locks second finds it no longer held and answers `skipped` with
+who repaired it. A kernel refusal inside a run rolls that run back whole and is told as
+`skipped` with its key; the other runs are not affected.
+
+The console runs a confirmed repair in chunks (CHUNK runs per request): each answer adds its
+rows to the results and carries a form that fetches the next chunk on load, so progress shows
+as it goes without a script of our own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import HttpResponse, QueryDict
+from django.shortcuts import render
+from django.views.decorators.http import require_POST
+
+from console.holds import BULK_CAP, HoldFilter, held_runs_query, parse_hold_filter, repair_targets, select_held_runs
+from console.views import HtmxHttpRequest, not_found_as_404, workspace_context
+from runs import kernel, selectors
+from runs.models import Run, RunStatus, TraceEvent, Workspace
+from runs.permissions import has_write_standing
+
+VERBS = {"retry": kernel.retry, "abandon": kernel.abandon}
+DONE = {"retry": "retried", "abandon": "abandoned"}
+CHUNK = 10
+
+
+def repair_held_run(workspace: Workspace, user: Any, verb: str, hold_filter: HoldFilter, run_id: Any) -> dict[str, Any]:
+    """One run repaired in one transaction, or skipped with the reason: the per-run result."""
+    act = VERBS[verb]
+    keys: list[str] = []
+    try:
+        with transaction.atomic():
+            # The row lock first: a racing bulk or click on this run waits here, then sees our result.
+            run = Run.objects.select_for_update().defer("input", "output").filter(pk=run_id, workspace=workspace).first()
+            if run is None:
+                return skipped(run_id, keys, "not_held", "no such held run in this workspace")
+            if run.status != RunStatus.NEEDS_ATTENTION:
+                return skipped(run_id, keys, "not_held", f"the run is {run.status.replace('_', ' ')}{last_repair(run)}")
+            if not held_runs_query(workspace, hold_filter).filter(pk=run.pk).exists():
+                return skipped(run_id, keys, "no_longer_matches", "the run no longer matches the filter")
+            keys = [task.key for task in repair_targets([run], hold_filter)[run.pk]]
+            if not keys:
+                return skipped(run_id, keys, "no_candidates", "no failure of this run is a retry or abandon candidate")
+            for key in keys:
+                act(run_id=run.pk, key=key, user=user)
+    except kernel.KernelError as error:
+        return skipped(run_id, keys, error.key, error.detail)
+    return {"run": str(run_id), "task_keys": keys, "outcome": DONE[verb]}
+
+
+def skipped(run_id: Any, keys: list[str], reason: str, detail: str) -> dict[str, Any]:
+    return {"run": str(run_id), "task_keys": keys, "outcome": "skipped", "reason": reason, "detail": detail}
+
+
+def last_repair(run: Run) -> str:
+    """Who last repaired the run, for the one who lost the race (", retried by alice")."""
+    event = TraceEvent.objects.filter(run=run, event="verb").order_by("-seq").only("actor", "data").first()
+    if event is None:
+        return ""
+    verb = (event.data or {}).get("verb") or "repaired"
+    return f"; {DONE.get(verb, verb + 'd')} by {event.actor or 'someone'}"
+
+
+def repair_runs(workspace: Workspace, user: Any, verb: str, hold_filter: HoldFilter, run_ids: list[Any]) -> list[dict[str, Any]]:
+    return [repair_held_run(workspace, user, verb, hold_filter, run_id) for run_id in run_ids]
+
+
+def bulk_repair(workspace: Workspace, user: Any, verb: str, hold_filter: HoldFilter, *, dry_run: bool) -> dict[str, Any]:
+    """What POST /api/v1/workspaces/{ws}/holds/<verb> answers: a preview, or the per-run results."""
+    kernel.require_write(user, workspace.pk)
+    chosen, more = select_held_runs(workspace, hold_filter)
+    answer: dict[str, Any] = {"verb": verb, "dry_run": dry_run, "cap": BULK_CAP, "more": more, "count": len(chosen)}
+    if dry_run:
+        return answer | {"runs": chosen}
+    results = repair_runs(workspace, user, verb, hold_filter, [item["run"] for item in chosen])
+    done = sum(1 for result in results if result["outcome"] != "skipped")
+    return answer | {"count": done, "skipped": len(results) - done, "results": results}
+
+
+# ---- the Holds page's bulk panel ----
+
+
+def filter_from_form(data: QueryDict, workspace: Workspace) -> HoldFilter:
+    """The panel's fields as the API's filter: blank fields are absent, numbers are read as numbers."""
+    body: dict[str, Any] = {}
+    for name in ("agent", "kind", "error_key"):
+        if data.get(name, "").strip():
+            body[name] = data[name]
+    for name in ("version", "min_age_seconds"):
+        value = data.get(name, "").strip()
+        if value:
+            body[name] = int(value) if value.isdigit() and len(value) < 12 else value
+    runs = [run for run in data.getlist("runs") if run]
+    if runs:
+        body["runs"] = runs
+    if data.get("all"):
+        body["all"] = True
+    return parse_hold_filter(body, workspace)
+
+
+def verb_of(data: QueryDict) -> str:
+    verb = data.get("verb", "")
+    if verb not in VERBS:
+        raise kernel.InvalidRequest("invalid_verb", "verb must be retry or abandon")
+    return verb
+
+
+def operator_panel(view: Any) -> Any:
+    """POST only, signed in, a member (404 otherwise), operator standing (403 otherwise); a bad
+    filter answers the panel with the reason (400 without htmx, which swaps only a 2xx)."""
+
+    def wrapper(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+        workspace = selectors.workspace_for(request.user, slug)
+        if not has_write_standing(request.user, workspace.pk):
+            return render(request, "console/_bulk_error.html", {"error": "Bulk repair needs the operator role."}, status=403)
+        try:
+            return view(request, workspace, verb_of(request.POST), filter_from_form(request.POST, workspace))
+        except kernel.InvalidRequest as error:
+            context = {"error": error.detail or error.key, "error_key": error.key}
+            if request.htmx:
+                return render(request, "console/_bulk_error.html", context)
+            return render(request, "console/bulk_page.html", context | workspace_context(request, workspace, "holds"), status=400)
+
+    wrapper.__name__ = wrapper.__qualname__ = view.__name__
+    wrapper.__doc__ = view.__doc__
+    return require_POST(login_required(not_found_as_404(wrapper)))
+
+
+@operator_panel
+def bulk_preview(request: HtmxHttpRequest, workspace: Workspace, verb: str, hold_filter: HoldFilter) -> HttpResponse:
+    """How many held runs the selection repairs and which: the confirmation names exactly these."""
+    chosen, more = select_held_runs(workspace, hold_filter)
+    count = len(chosen)
+    plural = "" if count == 1 else "s"
+    described = hold_filter.describe()
+    sentence = f"{verb.capitalize()} {count} held run{plural}{' ' + described if described else ''}"
+    context = {
+        "workspace": workspace,
+        "verb": verb,
+        "chosen": chosen,
+        "count": count,
+        "more": more,
+        "cap": BULK_CAP,
+        "sentence": sentence,
+        "fields": [(name, value) for name, value in hold_filter.as_fields() if name != "runs"],
+        "total": count,
+    }
+    template = "console/_bulk_preview.html"
+    if request.htmx:
+        return render(request, template, context)
+    return render(
+        request, "console/bulk_page.html", context | workspace_context(request, workspace, "holds") | {"include": template}
+    )
+
+
+@operator_panel
+def bulk_apply(request: HtmxHttpRequest, workspace: Workspace, verb: str, hold_filter: HoldFilter) -> HttpResponse:
+    """Repair the confirmed runs: a chunk at a time for htmx (the answer fetches the next), all at once without."""
+    if hold_filter.runs is None:  # a filter without the preview's ids: what it selects now
+        run_ids: list[Any] = [item["run"] for item in select_held_runs(workspace, hold_filter)[0]]
+    else:
+        run_ids = list(hold_filter.runs)
+    chunk = run_ids[:CHUNK] if request.htmx else run_ids
+    rest = run_ids[len(chunk) :]
+    results = repair_runs(workspace, request.user, verb, hold_filter, chunk)
+    done_before = _count(request.POST.get("done"))
+    total = max(_count(request.POST.get("total")), len(run_ids) + done_before)
+    context = {
+        "workspace": workspace,
+        "verb": verb,
+        "results": results,
+        "done": done_before + len(chunk),
+        "total": total,
+        "rest": [str(run) for run in rest],
+        "fields": [(name, value) for name, value in hold_filter.as_fields() if name != "runs"],
+    }
+    if request.htmx:
+        response = render(request, "console/_bulk_results.html", context)
+        if not rest:
+            response["HX-Trigger"] = "oz0:changed"
+        return response
+    return render(
+        request,
+        "console/bulk_page.html",
+        context | workspace_context(request, workspace, "holds") | {"include": "console/_bulk_rows.html"},
+    )
+
+
+def _count(value: str | None) -> int:
+    return int(value) if value and value.isdigit() and len(value) < 6 else 0

@@ -1,0 +1,97 @@
+"""/api/v1/subscriptions: a person's own notification subscriptions (list, create, delete)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+
+from notify import subscriptions
+from runs.api import body_of
+from runs.schemas import ErrorOut
+
+router = Router(tags=["notifications"])
+
+ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+
+
+class SubscriptionOut(Schema):
+    id: int
+    workspace: str
+    kinds: list[str]
+    agent: str | None = None
+    email: bool
+    # The webhook's scheme and host only: an incoming-webhook URL is itself a credential.
+    webhook: str | None = None
+    interval_seconds: int
+    created_at: str
+    # "no digest yet", "ok" or "failing" (the last attempt failed; see last_error).
+    status: str
+    last_digest_at: str | None = None
+    last_attempt_at: str | None = None
+    last_error: str | None = None
+    consecutive_failures: int
+    digests_sent: int
+    next_digest_after: str | None = None
+
+
+class SubscriptionCreated(SubscriptionOut):
+    # The webhook's signing secret, in this answer only (absent without a webhook).
+    secret: str | None = None
+
+
+class SubscriptionList(Schema):
+    items: list[SubscriptionOut]
+
+
+@router.get("/subscriptions", response={200: SubscriptionList, **ERRORS}, summary="Your notification subscriptions")
+def list_subscriptions(request: HttpRequest, workspace: str | None = None) -> dict[str, Any]:
+    rows = subscriptions.subscriptions_of(request.user, workspace)[: subscriptions.PER_USER_MAX]
+    return {"items": [subscriptions.document(row) for row in rows]}
+
+
+# The body is read and checked by notify.subscriptions.create (typed 400 keys per field); the
+# schema here documents it.
+CREATE_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["workspace", "kinds"],
+                "properties": {
+                    "workspace": {"type": "string", "maxLength": 64},
+                    "kinds": {
+                        "type": "array",
+                        "items": {"type": "string", "enum": ["approval", "question", "hold"]},
+                        "minItems": 1,
+                        "uniqueItems": True,
+                    },
+                    "agent": {"type": "string", "maxLength": 100},
+                    "email": {"type": "boolean", "description": "to the account's own address"},
+                    "webhook_url": {"type": "string", "format": "uri", "maxLength": 2000},
+                    "interval_seconds": {"type": "integer", "minimum": 300, "maximum": 604800, "default": 900},
+                },
+            }
+        }
+    },
+}
+
+
+@router.post(
+    "/subscriptions",
+    response={201: SubscriptionCreated, **ERRORS},
+    openapi_extra={"requestBody": CREATE_BODY},
+    summary="Subscribe to approvals, questions or holds of a workspace (the webhook secret is shown once)",
+)
+def create_subscription(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+    row, secret = subscriptions.create(request.user, body_of(request))
+    return 201, subscriptions.document(row, secret=secret)
+
+
+@router.delete("/subscriptions/{subscription_id}", response={204: None, **ERRORS}, summary="Delete one of your subscriptions")
+def delete_subscription(request: HttpRequest, subscription_id: int) -> tuple[int, None]:
+    subscriptions.delete(request.user, subscription_id)
+    return 204, None

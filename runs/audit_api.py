@@ -1,0 +1,55 @@
+"""`GET /api/v1/workspaces/{ws}/audit`: the workspace's audit trail (runs/audit.py), newest first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+
+from runs import audit, selectors
+from runs.schemas import ErrorOut
+
+router = Router(tags=["audit"])
+
+
+class AuditEntry(Schema):
+    id: int
+    at: str
+    actor: str
+    verb: str
+    run: str
+    task: str | None = None
+    agent: str | None = None
+    outcome: str | None = None
+    tasks: list[str] | None = None
+    content_visible: bool
+    reason: str | None = None
+    answer: Any = None
+    has_answer: bool
+
+
+class AuditPage(Schema):
+    items: list[AuditEntry]
+    next: str | None = None
+
+
+@router.get(
+    "/workspaces/{ws}/audit",
+    response={200: AuditPage, 400: ErrorOut, 401: ErrorOut, 404: ErrorOut},
+    summary="Who did what to which run, when and why",
+)
+def audit_trail(
+    request: HttpRequest,
+    ws: str,
+    actor: str | None = None,
+    verb: str | None = None,
+    run: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> dict[str, Any]:
+    workspace = selectors.workspace_for(request.user, ws)
+    filters = audit.parse_filters(actor=actor, verb=verb, run=run, since=since, until=until)
+    return audit.audit_page(request.user, workspace, filters, cursor=cursor, limit=max(1, min(limit, audit.MAX_LIMIT)))

@@ -1,0 +1,87 @@
+"""Bulk repair in the JSON API: POST /workspaces/{ws}/holds/retry and /holds/abandon.
+
+The body is a filter (agent, version, kind, error_key, min_age_seconds, runs, all) plus `dry_run`;
+the holds room (console/holds.py) selects the runs and console/bulk_repair.py repairs them, one
+transaction per run, so the API and the Holds page act the same. At most BULK_CAP runs per
+request; `more: true` says the filter matched more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+
+from console.bulk_repair import bulk_repair
+from console.holds import parse_hold_filter
+from runs import kernel, selectors
+from runs.api import ERRORS, body_fields
+from runs.kernel import InvalidRequest
+
+router = Router(tags=["holds"])
+
+
+class BulkRunResult(Schema):
+    """One run's outcome: retried, abandoned or skipped (with the reason's key and words)."""
+
+    run: str
+    task_keys: list[str]
+    outcome: str
+    reason: str | None = None
+    detail: str | None = None
+
+
+class BulkPreviewRun(Schema):
+    """A run a repair would act on: its tasks and their kinds (never their failure's words)."""
+
+    run: str
+    agent: str | None = None
+    version: int | None = None
+    task_keys: list[str]
+    kinds: list[str]
+    waited_seconds: int
+
+
+class BulkRepairOut(Schema):
+    """A preview (`dry_run`: `runs`, `count` of them) or a repair (`results`, `count` repaired, `skipped`)."""
+
+    verb: str
+    dry_run: bool
+    cap: int
+    more: bool
+    count: int
+    skipped: int | None = None
+    runs: list[BulkPreviewRun] | None = None
+    results: list[BulkRunResult] | None = None
+
+
+def _bulk(request: HttpRequest, ws: str, verb: str) -> dict[str, Any]:
+    workspace = selectors.workspace_for(request.user, ws)
+    # Standing before the body is read: a viewer's malformed filter still answers 403.
+    kernel.require_write(request.user, workspace.pk)
+    body = dict(body_fields(request))
+    dry_run = body.pop("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise InvalidRequest("invalid_filter", "dry_run must be true or false")
+    return bulk_repair(workspace, request.user, verb, parse_hold_filter(body, workspace), dry_run=dry_run)
+
+
+@router.post(
+    "/workspaces/{ws}/holds/retry",
+    response={200: BulkRepairOut, **ERRORS},
+    summary="Retry many held runs (S14)",
+    exclude_none=True,
+)
+def retry_holds(request: HttpRequest, ws: str) -> dict[str, Any]:
+    return _bulk(request, ws, "retry")
+
+
+@router.post(
+    "/workspaces/{ws}/holds/abandon",
+    response={200: BulkRepairOut, **ERRORS},
+    summary="Abandon many held runs (S14)",
+    exclude_none=True,
+)
+def abandon_holds(request: HttpRequest, ws: str) -> dict[str, Any]:
+    return _bulk(request, ws, "abandon")

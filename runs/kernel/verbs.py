@@ -1,0 +1,220 @@
+"""The verbs people (and the kernel's own callers) apply to a run: retry, abandon, compact,
+approve, deny, answer, resolve an await, cancel, pause, resume. Each loads and locks the run
+once, checks the caller's standing, and moves under that one lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs.kernel.access import actor_name, require_write
+from runs.kernel.approvals import is_digest, spec_digest
+from runs.kernel.candidates import repair_candidates_of
+from runs.kernel.compile import check_storable
+from runs.kernel.errors import Conflict, InvalidRequest, NotFound
+from runs.kernel.expansion import arm_compaction_in, await_token_digest
+from runs.kernel.failure import renewed, renewed_attempts, route_refusal
+from runs.kernel.graph import FINISHED_RUN_STATUSES
+from runs.kernel.scheduling import after_failure, evaluate, make_ready, release
+from runs.kernel.settling import cancel, pause, release_hold, resume
+from runs.kernel.txn import Txn, locked
+from runs.models import Run, RunStatus, Task, TaskStatus
+from runs.permissions import is_member
+
+
+def _verb_task(txn: Txn, user: Any, key: str) -> Task:
+    require_write(user, txn.run.workspace_id)
+    if txn.run.status in FINISHED_RUN_STATUSES:
+        raise Conflict("run_finished", f"the run is {txn.run.status}; it accepts no verb but reading")
+    task = Task.objects.filter(run=txn.run, key=key).first()
+    if task is None:
+        raise NotFound("task")
+    txn.remember([task])
+    return task
+
+
+def _require_candidate(txn: Txn, task: Task) -> None:
+    if txn.run.status == RunStatus.CANCELING:
+        raise Conflict("run_canceling", "the run is being canceled")
+    if task.key not in repair_candidates_of([txn.run.pk])[txn.run.pk]:
+        raise Conflict("not_a_candidate", f"task {task.key!r} is not a retry or abandon candidate (S15, S16)")
+
+
+def retry(*, run_id: Any, key: str, user: Any) -> Run:
+    """Run a failed task again under its own lineage; what its failure skipped comes back."""
+    with locked(run_id, actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        _require_candidate(txn, task)
+        if task.kind in ("round", "summarizer"):
+            refusal = route_refusal(task)
+            if refusal:
+                raise Conflict("model_route_spent", refusal)
+        txn.event(task.key, "verb", data={"verb": "retry"})
+        txn.resolve(task, "retried")
+        txn.move(
+            task,
+            TaskStatus.WAITING,
+            ready=False,
+            claim=None,
+            cancel_requested=False,
+            error_key=None,
+            error_detail=None,
+            finished_at=None,
+            state=renewed_attempts(task.state) if task.kind in ("round", "summarizer") else renewed(task.state),
+        )
+        revived = list(Task.objects.filter(run=txn.run, status=TaskStatus.SKIPPED, skipped_by=task.key))
+        if revived:
+            revived = [txn.cache.get(t.key, t) for t in revived]
+            txn.move_many(revived, TaskStatus.WAITING, skipped_by=None, ready=False, finished_at=None)
+        if txn.run.status == RunStatus.NEEDS_ATTENTION:
+            release_hold(txn)
+        make_ready(txn, task)
+        settled = evaluate(txn, revived)
+        release(txn, settled)
+        return txn.run
+
+
+def abandon(*, run_id: Any, key: str, user: Any) -> Run:
+    """Settle a failure as resolved: it no longer holds the run, and its dependents are skipped."""
+    with locked(run_id, actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        _require_candidate(txn, task)
+        txn.event(task.key, "verb", data={"verb": "abandon"})
+        txn.resolve(task, "abandoned")
+        release(txn, [task.key])
+        if txn.run.status == RunStatus.NEEDS_ATTENTION:
+            release_hold(txn)
+        return txn.run
+
+
+def compact(*, run_id: Any, key: str, user: Any) -> Run:
+    """Repair a round by authoring a summarizer for it (S14, S23)."""
+    with locked(run_id, actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        if task.kind != "round":
+            raise Conflict("not_a_candidate", "only a round can be compacted")
+        _require_candidate(txn, task)
+        txn.event(task.key, "verb", data={"verb": "compact"})
+        if not arm_compaction_in(txn, task, {}):
+            raise Conflict("not_a_candidate", "the round has no history to summarize")
+        if txn.run.status == RunStatus.NEEDS_ATTENTION:
+            release_hold(txn)
+        return txn.run
+
+
+def approve(*, run_id: Any, key: str, user: Any, digest: Any = None) -> Run:
+    """Approve a waiting call, bound to its digest (tool + args) as it stands under the lock: the
+    call runs with exactly those arguments, or passes the stage again. Given the `digest` the
+    approver saw, a call that changed since answers `approval_stale` and nothing changes."""
+    if digest is not None and not is_digest(digest):
+        raise InvalidRequest("invalid_field", "`digest` must be the 64 lowercase hex characters the inbox showed")
+    with locked(run_id, actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        if task.status != TaskStatus.NEEDS_APPROVAL:
+            raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
+        current = spec_digest(task.spec)
+        if digest is not None and digest != current:
+            raise Conflict("approval_stale", f"the call {key!r} changed since you saw it; read its arguments again")
+        txn.event(task.key, "verb", data={"verb": "approve", "digest": current})
+        txn.move(task, TaskStatus.WAITING, ready=False, deadline_at=None, approved_digest=current)
+        make_ready(txn, task)
+        return txn.run
+
+
+def deny(*, run_id: Any, key: str, user: Any, reason: str) -> Run:
+    with locked(run_id, actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        if task.status != TaskStatus.NEEDS_APPROVAL:
+            raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
+        # The reason is the approver's words: the trace shows it only to content readers (not structural).
+        txn.event(task.key, "verb", data={"verb": "deny", "message": reason or None})
+        # The model reads a denied call in the approver's words, not the tool's (F14).
+        state = {**task.state, "denied_by": txn.actor}
+        txn.move(
+            task,
+            TaskStatus.FAILED,
+            error=("approval_denied", reason or "denied"),
+            finished_at=txn.now,
+            deadline_at=None,
+            state=state,
+        )
+        after_failure(txn, task)
+        return txn.run
+
+
+def answer(*, run_id: Any, key: str, user: Any, value: Any) -> Run:
+    """Answer a model's question (a tokenless await in awaiting_input)."""
+    check_storable(value)
+    with locked(run_id, actor_name(user)) as txn:
+        task = _verb_task(txn, user, key)
+        if task.status != TaskStatus.AWAITING_INPUT:
+            raise Conflict("not_pending", f"task {key!r} is {task.status}, not awaiting input")
+        txn.event(task.key, "verb", data={"verb": "answer", "value": value})
+        txn.move(task, TaskStatus.COMPLETED, result={"value": value}, finished_at=txn.now, deadline_at=None)
+        release(txn, [task.key])
+        return txn.run
+
+
+AWAIT_ERROR_MAX = 2000
+
+
+def resolve_await(*, token: Any, user: Any, value: Any, error: Any = None) -> Run:
+    """Resolve a client-authored await with its bearer proof (S8): with its value, or, given an
+    `error`, fail it with `await_failed` under its own policy (what it waited on failed). The proof
+    names the await; the resolver still needs write standing in its workspace, as every write
+    surface does (S32)."""
+    check_storable(value)
+    if error is not None:
+        if not isinstance(error, str) or not error.strip():
+            raise InvalidRequest("invalid_field", "`error` must be a non-empty text saying what failed")
+        if value is not None:
+            raise InvalidRequest("invalid_request", "give the await a `value` or an `error`, not both")
+        if len(error) > AWAIT_ERROR_MAX:
+            raise InvalidRequest("invalid_field", f"`error` is {len(error)} characters; at most {AWAIT_ERROR_MAX}")
+    if not isinstance(token, str) or not token or len(token) > 200:
+        raise NotFound("await")
+    digest = await_token_digest(token)
+    run_id = Task.objects.filter(resolution_token=digest).values_list("run_id", flat=True).first()
+    if run_id is None:
+        raise NotFound("await")
+    with locked(run_id, actor_name(user)) as txn:
+        if user is not None and not is_member(user, txn.run.workspace_id):
+            raise NotFound("await")
+        require_write(user, txn.run.workspace_id)
+        task = Task.objects.get(resolution_token=digest)
+        txn.remember([task])
+        if task.status != TaskStatus.DISPATCHED:
+            raise Conflict("not_pending", f"the await is {task.status}")
+        if error is not None:
+            txn.event(task.key, "verb", data={"verb": "resolve", "outcome": "error", "message": error})
+            txn.move(task, TaskStatus.FAILED, error=("await_failed", error), finished_at=txn.now, deadline_at=None)
+            after_failure(txn, task)
+            return txn.run
+        txn.event(task.key, "verb", data={"verb": "resolve", "outcome": "value", "value": value})
+        txn.move(task, TaskStatus.COMPLETED, result={"value": value}, finished_at=txn.now, deadline_at=None)
+        release(txn, [task.key])
+        return txn.run
+
+
+def cancel_run(
+    *, run_id: Any, user: Any, reason: str = "", failure: dict[str, Any] | None = None, step: Task | None = None
+) -> Run:
+    """Stop a run: unstarted work is canceled at once, in-flight calls are told to stop."""
+    with locked(run_id, actor_name(user)) as txn:
+        require_write(user, txn.run.workspace_id)
+        cancel(txn, reason=reason, failure=failure, step=step)
+        return txn.run
+
+
+def pause_run(*, run_id: Any, user: Any) -> Run:
+    with locked(run_id, actor_name(user)) as txn:
+        require_write(user, txn.run.workspace_id)
+        pause(txn, {"verb": "pause"})
+        return txn.run
+
+
+def resume_run(*, run_id: Any, user: Any) -> Run:
+    with locked(run_id, actor_name(user)) as txn:
+        require_write(user, txn.run.workspace_id)
+        resume(txn, {"verb": "resume"})
+        return txn.run

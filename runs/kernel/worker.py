@@ -1,0 +1,299 @@
+"""The worker protocol: claim queued work, prove the claim alive, report how it ended.
+
+A report is accepted only while its claim holds (compare-and-set on the task's status and
+claim); a lost claim (a cancel, a sweep, a lost race) answers False and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
+
+from runs.kernel.errors import Conflict
+from runs.kernel.failure import fail_claimed
+from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
+from runs.kernel.scheduling import after_failure, approval_holds, release, tool_deadline
+from runs.kernel.txn import Txn, locked
+from runs.models import Run, Task, TaskStatus
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a worker is given when it takes a task: every renewal and report names it back."""
+
+    task_id: int
+    run_id: str
+    key: str
+    kind: str
+    spec: dict[str, Any]
+    attempt: int
+    claim: str
+    state: dict[str, Any]
+    lineage: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a worker says of one call of a batch: a value, a typed error, or that it stopped."""
+
+    claimed: Claimed
+    value: Any = None
+    error: tuple[str, str | None] | None = None
+    stopped: bool = False
+
+
+def session_room(run_id: Any, per_workspace: int) -> bool:
+    """Whether the run's workspace holds fewer than `per_workspace` running sessions (rounds of
+    agents written in frameworks, F7, each holding a session worker's thread for as long as it
+    waits): one workspace's sessions waiting on people must not take every thread. A soft cap:
+    two workers may each see room for the last one."""
+    workspace_id = Run.objects.filter(pk=run_id).values_list("workspace_id", flat=True).first()
+    if workspace_id is None:
+        return True
+    running = Task.objects.filter(
+        kind="round",
+        status=TaskStatus.RUNNING,
+        claim__isnull=False,
+        run__workspace_id=workspace_id,
+        run__agent_version__manifest__harness__has_key="kind",
+    ).count()
+    return running < per_workspace
+
+
+def defer_queued(task_id: int) -> None:
+    """A queued task a worker sends again later (a session over its workspace's share): its queue
+    time restarts, so the lost-message sweep does not take it for lost meanwhile."""
+    Task.objects.filter(pk=task_id, status=TaskStatus.WAITING, ready=True).update(queued_at=timezone.now())
+
+
+def claimed_from(task: Task) -> Claimed:
+    """The `Claimed` a claimant of `task` (as the row stands, claimed) is given."""
+    assert task.claim is not None
+    return Claimed(task.pk, str(task.run_id), task.key, task.kind, task.spec, task.attempt, task.claim, task.state, task.lineage)
+
+
+def claim_task(run_id: Any, task_id: int, claim: str) -> Claimed | None:
+    """Take a queued task for execution. A redelivered or duplicate message finds nothing to take.
+    `run_id` may be None (a message sent without it): then the task's row names its run."""
+    if run_id is None:
+        run_id = Task.objects.filter(pk=task_id).values_list("run_id", flat=True).first()
+        if run_id is None:
+            return None
+    with locked(run_id, "worker") as txn:
+        if txn.run.status not in WORKING_RUN_STATUSES:
+            return None
+        task = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING, ready=True).first()
+        if task is None or task.kind not in KERNEL_EXECUTED:
+            return None
+        txn.remember([task])
+        if not approval_holds(txn, task):
+            return None
+        txn.move(
+            task,
+            TaskStatus.RUNNING,
+            ready=False,
+            claim=claim,
+            heartbeat_at=txn.now,
+            started_at=txn.now,
+            attempt=task.attempt + 1,
+            cancel_requested=False,
+            deadline_at=tool_deadline(task.spec, txn.now) if task.kind == "tool" else None,
+        )
+        # Taking a queued task cannot make the run quiescent: skip the settle queries.
+        txn.skip_check_run()
+        return claimed_from(task)
+
+
+def heartbeat(claim: str) -> bool:
+    """Prove a claimant alive (of one call, or of a batch's calls, which share one claim). True
+    when the kernel wants it to stop: a cancel asked, or the claim is gone (a cancel, a lost race
+    or a sweep won)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_task SET heartbeat_at = %s WHERE claim = %s AND status = 'running' RETURNING cancel_requested",
+            [timezone.now(), claim],
+        )
+        rows = cursor.fetchall()
+    return not rows or any(row[0] for row in rows)
+
+
+def held_task(txn: Txn, claimed: Claimed) -> Task | None:
+    """The claimed task, while its claim still holds (a runner's call stays dispatched under its lease)."""
+    task = Task.objects.filter(
+        pk=claimed.task_id, run=txn.run, claim=claimed.claim, status__in=(TaskStatus.RUNNING, TaskStatus.DISPATCHED)
+    ).first()
+    if task is not None:
+        txn.remember([task])
+    return task
+
+
+def merge_result(txn: Txn, task: Task, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Fold a worker's report into the task's result; each provider call becomes a trace event."""
+    extra = dict(extra or {})
+    for call in extra.pop("provider_calls", []):
+        txn.event(task.key, "provider_call", data=call)
+    return {**(task.result or {}), **extra}
+
+
+def task_complete(
+    claimed: Claimed, value: Any, *, extra: Mapping[str, Any] | None = None, state: Mapping[str, Any] | None = None
+) -> bool:
+    """The claimant finished the call. False when the claim was lost (a cancel or a sweep won)."""
+    with locked(claimed.run_id, "worker") as txn:
+        task = held_task(txn, claimed)
+        if task is None:
+            return False
+        result = {**merge_result(txn, task, extra), "value": value}
+        fields: dict[str, Any] = {"result": result, "finished_at": txn.now, "claim": None}
+        if state is not None:
+            fields["state"] = dict(state)
+        txn.move(task, TaskStatus.COMPLETED, **fields)
+        release(txn, [task.key])
+        return True
+
+
+def task_fail(
+    claimed: Claimed,
+    error_key: str,
+    detail: str | None = None,
+    *,
+    status: str = TaskStatus.FAILED,
+    extra: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+) -> bool:
+    """The claimant's call failed with a typed error."""
+    with locked(claimed.run_id, "worker") as txn:
+        task = held_task(txn, claimed)
+        if task is None:
+            return False
+        fields: dict[str, Any] = {"finished_at": txn.now, "claim": None}
+        if extra:
+            fields["result"] = merge_result(txn, task, extra)
+        if state is not None:
+            fields["state"] = dict(state)
+        fail_claimed(txn, task, status, error_key, detail, fields)
+        return True
+
+
+WORKER_ERROR_DETAIL_MAX = 2000
+
+
+def task_errored(claimed: Claimed, error: BaseException) -> bool:
+    """The worker met an exception it has no word for while it held the call: the call fails with
+    the key `error` (kind `error`) under its own policy, never re-run blind, never left claimed."""
+    detail = f"{type(error).__name__}: {error}"[:WORKER_ERROR_DETAIL_MAX]
+    with locked(claimed.run_id, "worker") as txn:
+        task = held_task(txn, claimed)
+        if task is None:
+            return False
+        txn.move(
+            task,
+            TaskStatus.FAILED,
+            error=("error", detail),
+            event_data={"exception": type(error).__name__},
+            finished_at=txn.now,
+            claim=None,
+        )
+        after_failure(txn, task)
+        return True
+
+
+def task_stopped(claimed: Claimed) -> bool:
+    """The claimant stopped because the kernel asked it to (a run cancel)."""
+    with locked(claimed.run_id, "worker") as txn:
+        task = held_task(txn, claimed)
+        if task is None:
+            return False
+        txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), finished_at=txn.now, claim=None)
+        return True
+
+
+def claim_batch(run_id: Any, task_ids: Sequence[int], claim: str) -> list[Claimed]:
+    """Take several queued quick calls of one run in one transaction (those still queued)."""
+    with locked(run_id, "worker") as txn:
+        if txn.run.status not in WORKING_RUN_STATUSES:
+            return []
+        tasks = list(
+            Task.objects.filter(pk__in=list(task_ids), run=txn.run, status=TaskStatus.WAITING, ready=True, kind="tool").order_by(
+                "position"
+            )
+        )
+        txn.remember(tasks)
+        # A call whose arguments changed since its approval passes the stage again, unclaimed.
+        tasks = [t for t in tasks if approval_holds(txn, t) and t.status == TaskStatus.WAITING and t.ready]
+        if not tasks:
+            return []
+        # One conditional UPDATE for the chunk (the rows were read under the run lock).
+        updated = Task.objects.filter(pk__in=[t.pk for t in tasks], status=TaskStatus.WAITING, ready=True).update(
+            status=TaskStatus.RUNNING,
+            ready=False,
+            claim=claim,
+            heartbeat_at=txn.now,
+            started_at=txn.now,
+            attempt=F("attempt") + 1,
+            cancel_requested=False,
+            deadline_at=tool_deadline({}, txn.now),
+        )
+        if updated != len(tasks):
+            raise Conflict("stale_task", "tasks changed under the run lock")
+        for task in tasks:
+            if task.spec.get("timeout_s"):
+                Task.objects.filter(pk=task.pk).update(deadline_at=tool_deadline(task.spec, txn.now))
+        claimed = []
+        for task in tasks:
+            task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
+            txn.event(task.key, "status", TaskStatus.WAITING, TaskStatus.RUNNING)
+            claimed.append(claimed_from(task))
+        txn.remember(tasks)
+        return claimed
+
+
+def report_batch(outcomes: Sequence[Outcome], *, take: int = 0) -> list[int]:
+    """Settle a batch's calls (of one run, under one claim) in one transaction and release their
+    consumers once.
+
+    Returns up to `take` quick calls this release made ready, which the reporting worker runs
+    next itself instead of sending them through the broker (a chain of quick calls then costs
+    no broker round trip per step). Should the worker die first, the lost-message sweep sends them.
+    """
+    if not outcomes:
+        return []
+    run_id, claim = outcomes[0].claimed.run_id, outcomes[0].claimed.claim
+    if any((o.claimed.run_id, o.claimed.claim) != (run_id, claim) for o in outcomes):
+        raise ValueError("a batch reports the calls of one run under one claim")
+    with locked(run_id, "worker") as txn:
+        held = {
+            t.pk: t
+            for t in Task.objects.filter(
+                pk__in=[o.claimed.task_id for o in outcomes], run=txn.run, claim=claim, status=TaskStatus.RUNNING
+            )
+        }
+        txn.remember(held.values())
+        completed: list[Task] = []
+        for outcome in outcomes:
+            task = held.get(outcome.claimed.task_id)
+            if task is None:
+                continue
+            if outcome.stopped:
+                txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), finished_at=txn.now, claim=None)
+            elif outcome.error is not None:
+                key, detail = outcome.error
+                fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {"finished_at": txn.now, "claim": None})
+            else:
+                task.status, task.finished_at, task.claim = TaskStatus.COMPLETED, txn.now, None
+                task.result = {**(task.result or {}), "value": outcome.value}
+                txn.event(task.key, "status", TaskStatus.RUNNING, TaskStatus.COMPLETED)
+                completed.append(task)
+        if completed:
+            # One UPDATE for the chunk's completions: the rows are held by this claim under the run lock.
+            Task.objects.bulk_update(completed, ["status", "result", "finished_at", "claim"])
+            txn.check_run()
+        release(txn, [t.key for t in completed])
+        taken = txn.dispatch_quick[:take]
+        del txn.dispatch_quick[:take]
+        return taken

@@ -1,0 +1,170 @@
+"""Worker-side execution: claim a task through the kernel, run it while heartbeating, report back.
+
+The claim is conditional, so a redelivered or duplicated Celery message finds nothing
+to take. While a call runs, a heartbeat thread proves the claimant alive and carries the
+kernel's stop request (a cancel or a lost join race) to the call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from runs import kernel
+from runs.kernel import Claimed, KernelError, check_storable
+from runs.worker.harness import harness_of, run_harnessed_round
+from runs.worker.round_driver import run_round
+from runs.worker.tool_functions import ToolCanceled, ToolContext, ToolError, function_of
+
+log = logging.getLogger(__name__)
+
+
+def new_claim() -> str:
+    return f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+class Heartbeat:
+    """Proves a claim alive from a thread of its own; sets `cancel` when the kernel asks to stop.
+
+    `beat` is the kernel call that renews the claim and answers whether to stop: one call's
+    (`kernel.heartbeat`, by the claim they share).
+    """
+
+    def __init__(self, beat: Callable[[], bool], name: str) -> None:
+        self.beat = beat
+        self.name = name
+        self.cancel = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"oz0-heartbeat-{name}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        interval = float(settings.OZ0_HEARTBEAT_SECONDS)
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    if self.beat():
+                        self.cancel.set()
+                except Exception:  # a passing database hiccup must not kill the call
+                    log.exception("heartbeat failed for %s", self.name)
+        finally:
+            connection.close()
+
+
+def execute_task(task_id: int, run_id: str | None = None) -> None:
+    close_old_connections()
+    claimed = kernel.claim_task(run_id, task_id, new_claim())
+    if claimed is None:
+        return
+    with Heartbeat(partial(kernel.heartbeat, claimed.claim), f"task {claimed.task_id}") as beat:
+        execute_claimed(claimed, beat.cancel)
+
+
+def execute_session(task_id: int, run_id: str | None = None) -> bool:
+    """A harnessed round (F7) on the session worker, unless its workspace already holds its share
+    of the session threads (`OZ0_SESSION_SLOTS_PER_WORKSPACE`): then False, and the caller sends
+    it again later, so one workspace's sessions waiting on people never take every thread."""
+    close_old_connections()
+    if run_id is not None and not kernel.session_room(run_id, int(settings.OZ0_SESSION_SLOTS_PER_WORKSPACE)):
+        kernel.defer_queued(task_id)
+        return False
+    execute_task(task_id, run_id)
+    return True
+
+
+def execute_claimed(claimed: Claimed, cancel: threading.Event) -> None:
+    """Run a claimed call to its report. Whatever goes wrong on the way, the claim is never left
+    behind: an unexpected exception settles the call as failed with the key `error`, where an
+    abandoned claim would only be handed on by the lease sweep, again and again."""
+    try:
+        if claimed.kind == "tool":
+            run_tool(claimed, cancel)
+        elif harness_of(claimed) is not None:  # an agent written in a framework drives this round (F7)
+            run_harnessed_round(claimed, cancel)
+        else:
+            run_round(claimed, cancel)
+    except Exception as error:
+        log.exception("task %s (%s) failed in the worker", claimed.task_id, claimed.kind)
+        kernel.task_errored(claimed, error)
+
+
+# How long one worker keeps running the quick calls its own chunks make ready, and how many
+# it takes at a time: long enough to spare a chain its broker round trips, short enough to
+# leave the rest of the work to the other workers.
+CONTINUATION_SECONDS = 0.5
+CONTINUATION_WIDTH = 2
+
+
+def execute_batch(task_ids: list[int], run_id: str | None) -> None:
+    """Claim a chunk of quick calls, run them in turn, settle them together."""
+    close_old_connections()
+    if run_id is None:
+        for task_id in task_ids:
+            execute_task(task_id)
+        return
+    deadline = time.monotonic() + CONTINUATION_SECONDS
+    while task_ids:
+        claim = new_claim()
+        claimed = kernel.claim_batch(run_id, task_ids, claim)
+        if not claimed:
+            return
+        with Heartbeat(partial(kernel.heartbeat, claim), f"batch {claim}") as beat:
+            outcomes = [tool_outcome(call, beat.cancel) for call in claimed]
+        # Quick calls this chunk made ready are run here next, for a while, rather than queued.
+        take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
+        try:
+            task_ids = kernel.report_batch(outcomes, take=take)
+        except Exception as error:
+            # As for a single call: no claim is left behind for the lease sweep to hand on forever.
+            log.exception("a batch of %d quick calls could not be reported", len(claimed))
+            for call in claimed:
+                kernel.task_errored(call, error)
+            return
+
+
+def tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:
+    """Run a claimed tool call and say how it ended; the caller reports it to the kernel."""
+    name = claimed.spec.get("tool", "")
+    function = function_of(name)
+    if function is None:
+        return kernel.Outcome(claimed, error=("tool_not_served", f"no worker tool named {name!r}"))
+    context = ToolContext(run_id=claimed.run_id, task_key=claimed.key, attempt=claimed.attempt, cancel=cancel)
+    try:
+        value = function(dict(claimed.spec.get("args") or {}), context)
+        check_storable(value)
+    except ToolCanceled:
+        return kernel.Outcome(claimed, stopped=True)
+    except ToolError as error:
+        return kernel.Outcome(claimed, error=(error.key, error.detail or None))
+    except KernelError as error:
+        return kernel.Outcome(claimed, error=("tool_failed", f"the tool's result cannot be stored: {error.detail}"))
+    except Exception as error:  # a tool's bug is the tool's failure, never a stuck run
+        log.exception("tool %s failed", name)
+        return kernel.Outcome(claimed, error=("tool_failed", f"{type(error).__name__}: {error}"))
+    return kernel.Outcome(claimed, value=value)
+
+
+def run_tool(claimed: Claimed, cancel: threading.Event) -> None:
+    outcome = tool_outcome(claimed, cancel)
+    if outcome.stopped:
+        kernel.task_stopped(claimed)
+    elif outcome.error is not None:
+        kernel.task_fail(claimed, outcome.error[0], outcome.error[1])
+    else:
+        kernel.task_complete(claimed, outcome.value)

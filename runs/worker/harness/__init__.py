@@ -1,0 +1,74 @@
+"""Agents written in frameworks (F7): a harnessed agent's round is one task that its adapter drives
+(`runs/worker/harness/<kind>.py`), speaking to oz0 through `base.HarnessSession`.
+
+`run_harnessed_round` is the worker's side of such a round: pick the adapter, run it, and report
+how it ended through the kernel, leaving no claim behind whatever happens.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from typing import Any, Protocol
+
+from runs import kernel
+from runs.kernel import Claimed, KernelError, check_storable
+from runs.models import Run, Task
+from runs.worker.harness.base import HarnessCanceled, HarnessError, HarnessSession, HarnessUnavailable, JobEnded
+
+log = logging.getLogger(__name__)
+
+ADAPTERS = {"jsonl": "jsonl", "pydantic_ai": "pydantic_ai", "openai_agents": "openai_agents", "acp": "acp"}
+
+
+class Adapter(Protocol):
+    def run(self, session: HarnessSession) -> Any: ...
+
+
+def harness_of(claimed: Claimed) -> dict[str, Any] | None:
+    """The harness of the agent whose round this is, or None for oz0's own loop (one query)."""
+    if claimed.kind != "round":
+        return None
+    harness = Run.objects.filter(pk=claimed.run_id).values_list("agent_version__manifest__harness", flat=True).first()
+    return harness if isinstance(harness, dict) and harness.get("kind") in ADAPTERS else None
+
+
+def adapter_for(kind: str) -> Adapter:
+    """The adapter module of a kind; a framework that is not installed is `HarnessUnavailable`."""
+    try:
+        module = importlib.import_module(f"runs.worker.harness.{ADAPTERS[kind]}")
+    except ImportError as missing:
+        raise HarnessUnavailable(f"the {kind} harness cannot be loaded here: {missing}") from None
+    return module  # type: ignore[return-value]
+
+
+def run_harnessed_round(claimed: Claimed, cancel: threading.Event) -> None:
+    task = Task.objects.select_related("run", "run__agent_version").get(pk=claimed.task_id)
+    run = task.run
+    manifest = run.agent_version.manifest if run.agent_version else {}
+    state = dict(claimed.state)
+    state.pop("expired_claims", None)
+    session = HarnessSession(claimed=claimed, task=task, run=run, manifest=manifest, cancel=cancel, state=state)
+    kind = str(session.harness.get("kind"))
+    try:
+        output = adapter_for(kind).run(session)
+        check_storable(output)
+    except JobEnded:
+        return
+    except HarnessCanceled:
+        kernel.task_stopped(claimed)
+        return
+    except HarnessError as error:
+        session.stderr = error.stderr or session.stderr
+        kernel.task_fail(claimed, error.key, error.detail, extra=session.extra(), state=session.state)
+        return
+    except KernelError as error:
+        kernel.task_fail(
+            claimed, "harness_protocol_error", f"the harness's output cannot be stored: {error.detail}", extra=session.extra()
+        )
+        return
+    if cancel.is_set():
+        kernel.task_stopped(claimed)
+        return
+    kernel.task_complete(claimed, output, extra=session.extra(), state=session.state)

@@ -1,0 +1,315 @@
+"""What every harness adapter shares (F7): the job it is handed, the calls it makes back into oz0,
+and how it ends.
+
+An adapter (`runs/worker/harness/<kind>.py`) drives an agent written in a framework for one round
+task. It speaks to oz0 only through `HarnessSession`:
+- `call_tool(name, args)`: a registry tool, authored as the round's next `<round>.<n>` task by
+  `kernel.round_call`, so it crosses the same approval stage (bypass / ask / rules, the inbox, the
+  park clock) and leaves the same trace as a composed call of oz0's own loop; the session waits for
+  it to settle and answers with its value, or its failure labelled with whose words it is.
+- `call_tool("oz.delegate" | "oz.ask_agent" | "oz.quarantine" | "oz.flow", args)`: a delegating
+  built-in the agent lists, authored as a delegate task (a child run, F14-F17); the child's answer,
+  or its failure labelled as failed (a quarantine's with no words), is the call's answer.
+- `ask(question)`: oz.ask, a person's answer (awaiting_input, announced as awaiting_human).
+- `fail(kind, message)`: oz.fail, handed to `kernel.round_oz_fail`, the one entry that decides
+  declared / undeclared and the 2,000-character cap (F6); the job ends there.
+- `bill(usage)`: the tokens the framework reports, billed on the round task.
+A run cancel reaches the session as `HarnessCanceled` (raised from any of these, or seen with
+`canceled()`); the adapter passes it on to its framework or process and lets it propagate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+from runs import kernel
+from runs.kernel import Claimed
+from runs.models import Run, Task, TaskStatus
+from runs.tools import get_tool
+from runs.worker.child_answers import child_message, delegate_schema
+from runs.worker.round_driver import tool_message
+
+POLL_SECONDS = 0.2
+STDERR_KEPT = 8000
+
+
+class HarnessCanceled(Exception):
+    """The run is being canceled: the adapter stops its framework and lets this propagate."""
+
+
+class JobEnded(Exception):
+    """oz.fail was reported to the kernel: the job is over, nothing more to report."""
+
+
+class HarnessError(Exception):
+    """The harness could not finish the job; `key` is the task's error key."""
+
+    key = "harness_crashed"
+
+    def __init__(self, detail: str, *, stderr: str = "") -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.stderr = stderr
+
+
+class HarnessUnavailable(HarnessError):
+    key = "harness_unavailable"
+
+
+class HarnessCrashed(HarnessError):
+    key = "harness_crashed"
+
+
+class HarnessProtocolError(HarnessError):
+    key = "harness_protocol_error"
+
+
+class OzFailCalled(Exception):
+    """Raised by a framework's `oz__fail` tool: the adapter reports it once the framework unwinds."""
+
+    def __init__(self, kind: Any, message: Any) -> None:
+        super().__init__(f"oz.fail({kind!r})")
+        self.kind = kind
+        self.message = message
+
+
+def found_in(error: BaseException, wanted: type[BaseException]) -> BaseException | None:
+    """`wanted` among an exception, its causes and contexts, and the members of exception groups:
+    frameworks wrap what a tool raised (the OpenAI Agents SDK as a cause, anyio in groups)."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [error]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, wanted):
+            return current
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        stack.extend(getattr(current, "exceptions", ()) or ())
+    return None
+
+
+def wire_name(name: str) -> str:
+    """A tool's name where a framework allows no dots: `oz.fail` is `oz__fail`, `clock.now` `clock__now`."""
+    return name.replace(".", "__")
+
+
+def load_target(target: str, kind: str) -> Any:
+    """The object `package.module:attribute` names; a module that is not installed is unavailable."""
+    module_name, _, attribute = target.partition(":")
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as missing:
+        raise HarnessUnavailable(f"the {kind} agent {target!r} cannot be imported: {missing}") from None
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise HarnessUnavailable(f"the {kind} agent {target!r} names nothing: {module_name} has no {attribute!r}")
+        value = getattr(value, part)
+    return value
+
+
+@dataclass
+class CallResult:
+    """A call's answer for the agent: its value, or a labelled failure (F14's shape)."""
+
+    ok: bool
+    value: Any = None
+    failure: dict[str, Any] | None = None
+
+    def as_message(self, call_id: str | int) -> dict[str, Any]:
+        if self.ok:
+            return {"type": "result", "id": call_id, "ok": True, "value": self.value}
+        return {"type": "result", "id": call_id, "ok": False, "failure": self.failure}
+
+    def as_text(self) -> str:
+        """For frameworks whose tools answer text: the value, or the failure's label as JSON."""
+        if self.ok:
+            return self.value if isinstance(self.value, str) else json.dumps(self.value, sort_keys=True)
+        return json.dumps(self.failure, sort_keys=True)
+
+
+def refused(detail: str) -> CallResult:
+    """A call oz0 would not author (a tool the agent does not list, args that cannot be stored)."""
+    return CallResult(
+        ok=False,
+        failure={
+            "failed": True,
+            "kind": "invalid_input",
+            "error": "round_expansion_refused",
+            "message": detail,
+            "words_of": "oz0",
+        },
+    )
+
+
+def _settled(task: Task) -> bool:
+    if task.status == TaskStatus.UNCERTAIN:
+        # Its effect may have happened: a person's retry or abandon decides before the agent reads it (S10).
+        return task.failure_resolution is not None
+    return task.status in (
+        TaskStatus.COMPLETED,
+        TaskStatus.FAILED,
+        TaskStatus.TIMED_OUT,
+        TaskStatus.CANCELED,
+        TaskStatus.SKIPPED,
+    )
+
+
+@dataclass
+class HarnessSession:
+    claimed: Claimed
+    task: Task
+    run: Run
+    manifest: Mapping[str, Any]
+    cancel: threading.Event
+    state: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "calls": 0})
+    stderr: str = ""
+
+    @property
+    def harness(self) -> dict[str, Any]:
+        return dict(self.manifest.get("harness") or {})
+
+    @property
+    def tools(self) -> list[str]:
+        """The tools the agent lists that are called through oz0: registry tools and the delegating
+        built-ins (oz.fail and oz.ask each harness offers in its own way)."""
+        listed = self.task.spec.get("tools") or self.manifest.get("tools") or []
+        return [str(name) for name in listed if not str(name).startswith("oz.") or str(name) in kernel.DELEGATE_TOOLS]
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        schemas = []
+        for name in self.tools:
+            if name in kernel.DELEGATE_TOOLS:
+                schemas.append(delegate_schema(name))
+                continue
+            tool = get_tool(name)
+            schemas.append(
+                {
+                    "name": name,
+                    "description": tool.description if tool else "",
+                    "parameters": {"type": "object", "additionalProperties": True},
+                }
+            )
+        return schemas
+
+    def start_message(self) -> dict[str, Any]:
+        """What a harness is told of its job (the JSON-lines `start`; other adapters take the same facts)."""
+        return {
+            "type": "start",
+            "protocol": 1,
+            "run": str(self.run.pk),
+            "task": self.task.key,
+            "attempt": self.claimed.attempt,
+            "agent": {"name": self.run.agent_name, "version": self.run.agent_version.version if self.run.agent_version else None},
+            "instructions": str(self.manifest.get("instructions", "")),
+            "failures": list(self.manifest.get("failures", [])),
+            "input": self.run.input,
+            "tools": self.tool_schemas(),
+            "builtins": ["oz.fail", "oz.ask", *(name for name in self.tools if name in kernel.DELEGATE_TOOLS)],
+        }
+
+    def prompt(self) -> str:
+        """The job as one user message, for frameworks that take a prompt."""
+        if self.run.input is None:
+            return "Begin."
+        return self.run.input if isinstance(self.run.input, str) else json.dumps(self.run.input, sort_keys=True)
+
+    def canceled(self) -> bool:
+        return self.cancel.is_set()
+
+    def check_canceled(self) -> None:
+        if self.cancel.is_set():
+            raise HarnessCanceled()
+
+    def bill(self, usage: Mapping[str, Any] | None, *, calls: int = 1) -> None:
+        """Add the tokens a framework reports (`calls`: how many model requests they cover)."""
+        if not usage:
+            return
+        for key in ("input_tokens", "output_tokens"):
+            value = usage.get(key, 0)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                self.usage[key] += value
+        self.usage["calls"] += max(0, int(calls))
+
+    def framework_tool(self, name: str) -> Callable[..., Any]:
+        """A registry tool as a framework's synchronous tool function: the call goes through oz0 and
+        answers the value, or the failure's label. Frameworks run such functions in threads of their
+        own, so each call closes the database connection its thread opened."""
+
+        def call(**args: Any) -> Any:
+            try:
+                result = self.call_tool(name, args)
+            finally:
+                connection.close()
+            return result.value if result.ok else result.failure
+
+        call.__name__ = wire_name(name)
+        return call
+
+    def framework_ask(self, question: str) -> Any:
+        try:
+            result = self.ask(question)
+        finally:
+            connection.close()
+        return result.value if result.ok else result.failure
+
+    def extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"usage": dict(self.usage), "harness": self.harness.get("kind")}
+        if self.stderr:
+            extra["stderr"] = self.stderr[-STDERR_KEPT:]
+        return extra
+
+    def call_tool(self, name: Any, args: Any) -> CallResult:
+        if not isinstance(name, str) or not name or (name.startswith("oz.") and name not in kernel.DELEGATE_TOOLS):
+            return refused(f"{name!r} is not a tool this agent may call through oz0")
+        if not isinstance(args, Mapping):
+            return refused("the call's args are not an object")
+        return self._authored({"tool": name, "args": dict(args)})
+
+    def ask(self, question: Any) -> CallResult:
+        return self._authored({"ask": question})
+
+    def fail(self, kind: Any, message: Any) -> None:
+        """oz.fail: the kernel decides declared or undeclared and refuses a message over the cap; the
+        job ends either way (a refused oz.fail fails the round, as in oz0's own loop)."""
+        kernel.round_oz_fail(self.claimed, kind, message, extra=self.extra(), state=self.state)
+        raise JobEnded()
+
+    def _authored(self, call: dict[str, Any]) -> CallResult:
+        self.check_canceled()
+        key, refusal = kernel.round_call(
+            self.claimed,
+            call,
+            allowed_tools=self.tools,
+            tool_policies=dict(self.manifest.get("tool_on_failure", {})),
+            tool_timeouts=dict(self.manifest.get("tool_timeouts", {})),
+        )
+        if refusal is not None:
+            return refused(refusal)
+        if key is None:
+            raise HarnessCanceled()  # the claim is gone or the run stops
+        # max: a framework may run calls in parallel threads, and their reports may come back out of order.
+        self.state["authored"] = max(int(self.state.get("authored", 0)), int(key.rsplit(".", 1)[1]))
+        while True:
+            source = Task.objects.filter(run_id=self.run.pk, key=key).first()
+            if source is None:
+                return refused(f"{key}, the call, is gone")
+            if _settled(source):
+                break
+            if self.cancel.wait(POLL_SECONDS):
+                raise HarnessCanceled()
+        if source.kind == "await" and source.status == TaskStatus.COMPLETED:
+            return CallResult(ok=True, value=(source.result or {}).get("value"))
+        message = child_message(source) if source.kind == "delegate" else tool_message(source)
+        if message["ok"]:
+            return CallResult(ok=True, value=(source.result or {}).get("value"))
+        return CallResult(ok=False, failure=json.loads(message["content"]))

@@ -1,0 +1,222 @@
+"""The OpenAI Agents SDK side of oz0's openai_agents harness: a child process of the worker that
+loads the SDK agent a manifest names and speaks the JSON-lines protocol v1 (docs/harness-jsonl.md)
+to the worker.
+
+Why a process of its own: the SDK's package is named `agents`, as is oz0's Django app, so the two
+cannot be imported into one interpreter. This script is never imported by oz0; it runs as
+`python openai_agents_bridge.py package.module:agent` with oz0's own directories taken off its path
+(agents/examples/ stays, for the example agent).
+
+oz0's registry tools and `oz__ask` become SDK function tools whose calls go to oz0 as `call`s;
+`oz__fail` sends oz.fail and ends the run (its exception surfaces: failure_error_function=None). A
+`cancel` line cancels the streamed run (`RunResultStreaming.cancel()`). Exit code 69 says the agent
+cannot be loaded (the worker reports `harness_unavailable`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import queue
+import sys
+import threading
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+UNAVAILABLE_EXIT = 69
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (HERE, ROOT)]
+sys.path[:0] = [*filter(None, os.environ.get("OZ0_AGENT_PATH", "").split(os.pathsep)), os.path.join(ROOT, "agents", "examples")]
+
+_out = threading.Lock()
+
+
+def send(message: dict[str, Any]) -> None:
+    with _out:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+class Canceled(Exception):
+    pass
+
+
+class JobEnded(Exception):
+    """oz.fail went to oz0, which ends the job."""
+
+
+class Inbox:
+    """Reads oz0's lines in a thread: results for the waiting call, and `cancel`, which must reach
+    the run while a model call is in flight."""
+
+    def __init__(self) -> None:
+        self.results: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.canceled = threading.Event()
+        self.on_cancel: Any = None
+        self.start: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in sys.stdin:
+                message = json.loads(line)
+                if message.get("type") == "start":
+                    self.start.put(message)
+                elif message.get("type") == "result":
+                    self.results.put(message)
+                elif message.get("type") == "cancel":
+                    print("oz0 canceled the run", file=sys.stderr, flush=True)
+                    self._cancel()
+        except (OSError, ValueError):
+            pass
+        self._cancel()  # oz0 closed our input: nobody waits for us any more
+
+    def _cancel(self) -> None:
+        self.canceled.set()
+        if self.on_cancel is not None:
+            self.on_cancel()
+
+
+inbox: Inbox
+_calls = threading.Lock()
+_counter = [0]
+
+
+def call(tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One call to oz0, answered in order (protocol v1 has one call in flight)."""
+    with _calls:
+        _counter[0] += 1
+        send({"type": "call", "id": _counter[0], "tool": tool, "args": args})
+        while True:
+            if inbox.canceled.is_set():
+                raise Canceled()
+            try:
+                return inbox.results.get(timeout=0.05)
+            except queue.Empty:
+                continue
+
+
+def as_tool_output(result: dict[str, Any]) -> str:
+    if result.get("ok"):
+        value = result.get("value")
+        return value if isinstance(value, str) else json.dumps(value)
+    return json.dumps(result.get("failure"))
+
+
+def oz0_tools(start: dict[str, Any]) -> list[Any]:
+    from agents import FunctionTool, function_tool  # type: ignore[attr-defined]  # the SDK, in this process
+
+    def registry_tool(schema: dict[str, Any]) -> Any:
+        async def invoke(context: Any, arguments: str) -> str:
+            args = json.loads(arguments or "{}")
+            return as_tool_output(await asyncio.to_thread(call, schema["name"], args))
+
+        return FunctionTool(
+            name=schema["name"].replace(".", "__"),
+            description=schema.get("description") or schema["name"],
+            params_json_schema=schema.get("parameters") or {"type": "object"},
+            on_invoke_tool=invoke,
+            strict_json_schema=False,
+        )
+
+    @function_tool(name_override="oz__fail", failure_error_function=None)
+    def oz_fail(kind: str, message: str) -> str:
+        """End the job in failure with one of your declared failure kinds and a message in your own words."""
+        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": {"kind": kind, "message": message}})
+        raise JobEnded()
+
+    @function_tool(name_override="oz__ask")
+    async def oz_ask(question: str) -> str:
+        """Ask a person a question and wait for the answer."""
+        return as_tool_output(await asyncio.to_thread(call, "oz.ask", {"question": question}))
+
+    return [*(registry_tool(schema) for schema in start.get("tools", [])), oz_fail, oz_ask]
+
+
+def load(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    try:
+        from agents import Agent  # type: ignore[attr-defined]
+
+        value: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as error:
+        print(f"cannot load the OpenAI Agents SDK agent {target!r}: {error}", file=sys.stderr)
+        sys.exit(UNAVAILABLE_EXIT)
+    if not isinstance(value, Agent):
+        print(f"{target!r} is a {type(value).__name__}, not an agents.Agent", file=sys.stderr)
+        sys.exit(UNAVAILABLE_EXIT)
+    return value
+
+
+def prompt_of(start: dict[str, Any]) -> str:
+    job_input = start.get("input")
+    if job_input is None:
+        return "Begin."
+    return job_input if isinstance(job_input, str) else json.dumps(job_input, sort_keys=True)
+
+
+async def drive(agent: Any, start: dict[str, Any]) -> Any:
+    from agents import Runner  # type: ignore[attr-defined]
+
+    result = Runner.run_streamed(agent.clone(tools=[*agent.tools, *oz0_tools(start)]), input=prompt_of(start))
+    loop = asyncio.get_running_loop()
+    inbox.on_cancel = lambda: loop.call_soon_threadsafe(result.cancel)
+    if inbox.canceled.is_set():
+        result.cancel()
+    async for _ in result.stream_events():
+        pass
+    return result
+
+
+def main() -> None:
+    global inbox
+    agent = load(sys.argv[1])
+    inbox = Inbox()
+    try:
+        start = inbox.start.get(timeout=60)
+    except queue.Empty:
+        sys.exit("oz0 sent no start")
+    try:
+        result = asyncio.run(drive(agent, start))
+    except BaseException as error:
+        if isinstance(error, JobEnded) or _caused_by(error, JobEnded):
+            return
+        if inbox.canceled.is_set() or _caused_by(error, Canceled):
+            return
+        raise
+    if inbox.canceled.is_set():
+        return
+    usage = result.context_wrapper.usage
+    output = result.final_output
+    if hasattr(output, "model_dump"):
+        output = output.model_dump(mode="json")
+    send(
+        {
+            "type": "done",
+            "output": output,
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "requests": usage.requests},
+        }
+    )
+
+
+def _caused_by(error: BaseException, wanted: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    stack = [error]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, wanted):
+            return True
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        stack.extend(getattr(current, "exceptions", ()) or ())
+    return False
+
+
+if __name__ == "__main__":
+    main()

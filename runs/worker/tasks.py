@@ -1,0 +1,42 @@
+"""Celery adapters: ids in, one kernel or execution call, nothing else.
+
+Each task keeps the name it had when this module was `runs.tasks`: queued messages and the beat
+schedule (`CELERY_BEAT_SCHEDULE`) name tasks by these strings, not by where the code lives.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from runs.worker import execution, periodic
+
+
+@shared_task(name="runs.tasks.execute_task", acks_late=True, reject_on_worker_lost=True)
+def execute_task(task_id: int, run_id: str | None = None) -> None:
+    execution.execute_task(task_id, run_id)
+
+
+# A session its workspace has no room for is sent again after this long.
+SESSION_RETRY_SECONDS = 5
+
+
+@shared_task(name="runs.tasks.execute_session", acks_late=True, reject_on_worker_lost=True)
+def execute_session(task_id: int, run_id: str | None = None) -> None:
+    if not execution.execute_session(task_id, run_id):
+        execute_session.apply_async((task_id, run_id), countdown=SESSION_RETRY_SECONDS, queue=settings.OZ0_SESSION_QUEUE)
+
+
+@shared_task(name="runs.tasks.execute_batch", acks_late=True, reject_on_worker_lost=True)
+def execute_batch(task_ids: list[int], run_id: str | None = None) -> None:
+    execution.execute_batch(task_ids, run_id)
+
+
+@shared_task(name="runs.tasks.sweep", ignore_result=True)
+def sweep() -> None:
+    periodic.run_all()
+
+
+@shared_task(name="runs.tasks.noop", ignore_result=True)
+def noop() -> None:
+    """Beat's liveness tick; also lets the bench measure bare-Celery no-ops."""

@@ -1,0 +1,28 @@
+"""The console's rooms: console/ is what inbox/ and insights/ build on, so it imports neither."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.conftest import ROOT
+
+
+def imported_modules(path: str) -> set[str]:
+    names: set[str] = set()
+    for file in (ROOT / path).rglob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+    return names
+
+
+def test_the_console_imports_neither_the_inbox_nor_insights() -> None:
+    imported = imported_modules("console")
+    assert not {m for m in imported if m.split(".")[0] in ("inbox", "insights")}, imported
+
+
+def test_the_inbox_and_insights_take_the_console_helpers_from_the_console() -> None:
+    for app in ("inbox", "insights"):
+        assert "runs.views" not in imported_modules(app), app

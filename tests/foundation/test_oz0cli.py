@@ -1,0 +1,272 @@
+"""oz0cli's decisions, imported and called directly: the subprocess tests (test_cli, test_up)
+prove the launcher end to end; these pin each choice it makes without starting anything."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oz0cli import ROOT, Fatal, exit_code
+from oz0cli.checks import check_commands, checks_wanted, combined_exit_code
+from oz0cli.children import child_argv
+from oz0cli.embedded import EmbeddedRedis, Ownership, free_port, redis_pings
+from oz0cli.environment import base_environment, listen_address, plain_http_environment, up_environment
+from oz0cli.main import USAGE, dispatch
+from oz0cli.services import services_to_embed
+from oz0cli.venv import requirements_digest, uv_pin, venv_is_current
+
+
+@pytest.fixture
+def environ(tmp_path: Path) -> Iterator[None]:
+    """os.environ as it was after the test (dispatch adds the base environment to it), data under tmp_path."""
+    saved = dict(os.environ)
+    os.environ["OZ0_DATA_DIR"] = str(tmp_path)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+# ---------------------------------------------------------------- arguments and exit codes
+
+
+def test_help_prints_the_usage_and_no_command_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert dispatch(["--help"]) == 0
+    assert dispatch(["help"]) == 0
+    assert dispatch([]) == 2
+    assert capsys.readouterr().out == (USAGE + "\n") * 3
+
+
+def test_an_unknown_command_is_one_line_then_the_usage(environ: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert dispatch(["token", "frobnicate", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "oz0: unknown command 'token frobnicate'"
+    assert USAGE in err
+
+
+def test_each_command_names_its_child() -> None:
+    python = "/venv/python"
+    assert child_argv(python, "bench", ["--quick"]) == [python, "-m", "bench", "--quick"]
+    assert child_argv(python, "manage", ["migrate"]) == [python, "manage.py", "migrate"]
+    assert child_argv(python, "runner", ["--once"]) == [python, "manage.py", "runner", "--once"]
+    assert child_argv(python, "token", ["create", "ann", "--workspace", "w"]) == [
+        python, "manage.py", "token_create", "ann", "--workspace", "w",
+    ]  # fmt: skip
+    assert child_argv(python, "token", ["list", "ann"]) == [python, "manage.py", "token_list", "ann"]
+    assert child_argv(python, "token", ["revoke", "3"]) == [python, "manage.py", "token_revoke", "3"]
+    assert child_argv(python, "plugin", ["lint", "a.yaml"]) == [python, "manage.py", "plugin_lint", "a.yaml"]
+    assert child_argv(python, "job", ["search", "q"]) == [python, "manage.py", "job_search", "q"]
+    assert child_argv(python, "insights", ["agent", "triage"]) == [python, "manage.py", "insights_agent", "triage"]
+    assert child_argv(python, "token", []) is None
+    assert child_argv(python, "frobnicate", []) is None
+
+
+def test_a_fatal_is_one_line_and_2_a_ctrl_c_130(capsys: pytest.CaptureFixture[str]) -> None:
+    def fatal() -> int:
+        raise Fatal("OZ0_PORT must be a port number, not 'x'")
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert exit_code(lambda: 7) == 7
+    assert exit_code(fatal) == 2
+    assert capsys.readouterr().err == "oz0: OZ0_PORT must be a port number, not 'x'\n"
+    assert exit_code(interrupted) == 130
+
+
+def test_a_failed_check_fails_the_test_command_without_hiding_pytests_code() -> None:
+    assert combined_exit_code([], 0) == 0
+    assert combined_exit_code([], 1) == 1
+    assert combined_exit_code([], 5) == 5  # no tests collected: .ci/run decides what that means
+    assert combined_exit_code(["mypy"], 0) == 1
+    assert combined_exit_code(["ruff check", "mypy"], 5) == 1
+    assert combined_exit_code(["mypy"], 2) == 2
+
+
+def test_oz0_skip_checks_turns_the_checks_off() -> None:
+    assert checks_wanted({})
+    assert checks_wanted({"OZ0_SKIP_CHECKS": "0"})
+    for value in ("1", "true", "yes"):
+        assert not checks_wanted({"OZ0_SKIP_CHECKS": value})
+    names = [name for name, _ in check_commands("py")]
+    assert names == ["ruff check", "ruff format --check", "makemigrations --check", "mypy"]
+
+
+# ---------------------------------------------------------------- the environment children get
+
+
+def test_the_base_environment_fills_only_what_the_person_left_unset(environ: None, tmp_path: Path) -> None:
+    added = base_environment({}, debug=True)
+    assert added["DJANGO_SETTINGS_MODULE"] == "oz0site.settings"
+    assert added["PYTHONUNBUFFERED"] == "1" and added["DEBUG"] == "1"
+    assert base_environment({}, debug=False)["DEBUG"] == "0"
+    assert len(added["SECRET_KEY"]) >= 50
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert base_environment({}, debug=True)["SECRET_KEY"] == added["SECRET_KEY"]  # one key per install
+    given = {"DJANGO_SETTINGS_MODULE": "x", "PYTHONUNBUFFERED": "", "DEBUG": "0", "SECRET_KEY": "mine"}
+    assert base_environment(given, debug=True) == {}
+    assert base_environment({**given, "SECRET_KEY": ""}, debug=True) == {"SECRET_KEY": added["SECRET_KEY"]}
+
+
+def test_up_serves_plain_http_where_it_is_told() -> None:
+    off = {"SECURE_SSL_REDIRECT": "0", "SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0"}
+    assert plain_http_environment({}) == off
+    assert plain_http_environment({"SECURE_SSL_REDIRECT": "1"}) == {k: v for k, v in off.items() if k != "SECURE_SSL_REDIRECT"}
+    assert listen_address({}) == ("127.0.0.1", 8000)
+    assert listen_address({"OZ0_HOST": "0.0.0.0", "OZ0_PORT": "9001"}) == ("0.0.0.0", 9001)
+    with pytest.raises(Fatal, match=r"^OZ0_PORT must be a port number, not 'eighty'$"):
+        listen_address({"OZ0_PORT": "eighty"})
+    assert up_environment(["--demo"], {}) == {"OZ0_TEST_TOOLS": "1"}
+
+
+# ---------------------------------------------------------------- services: given or embedded
+
+
+def test_only_unset_urls_get_an_embedded_service() -> None:
+    given = {"DATABASE_URL": "postgres://x@h:1/d", "REDIS_URL": "redis://h:2/0"}
+    assert services_to_embed(given) == []
+    assert services_to_embed({}) == ["DATABASE_URL", "REDIS_URL"]
+    assert services_to_embed({**given, "REDIS_URL": ""}) == ["REDIS_URL"]
+    assert services_to_embed({"REDIS_URL": "redis://h:2/0"}) == ["DATABASE_URL"]
+
+
+@pytest.fixture
+def fake_redis() -> Iterator[int]:
+    """A loopback port that answers PING with +PONG, as a running embedded Redis does."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.recv(16)
+                conn.sendall(b"+PONG\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def test_a_running_embedded_redis_is_reused_and_adopted_when_its_starter_is_gone(tmp_path: Path, fake_redis: int) -> None:
+    assert redis_pings(fake_redis) and not redis_pings(free_port())
+    state = Ownership(tmp_path / "redis" / "server.json")
+    (tmp_path / "redis").mkdir()
+    state.path.write_text(f'{{"pid": {os.getpid()}, "port": {fake_redis}, "owner": 999999999}}')  # the owner died
+
+    redis = EmbeddedRedis(tmp_path)
+    assert redis.start() == f"redis://127.0.0.1:{fake_redis}/0"
+    assert redis.owned and state.read()["owner"] == os.getpid()
+
+
+def test_a_running_embedded_redis_with_a_live_owner_is_only_shared(tmp_path: Path, fake_redis: int) -> None:
+    (tmp_path / "redis").mkdir()
+    state = Ownership(tmp_path / "redis" / "server.json")
+    state.path.write_text(f'{{"pid": {os.getpid()}, "port": {fake_redis}, "owner": {os.getppid()}}}')
+
+    redis = EmbeddedRedis(tmp_path)
+    assert redis.start() == f"redis://127.0.0.1:{fake_redis}/0"
+    assert not redis.owned
+    redis.stop()  # not ours to stop: the record stays
+    assert state.read()["owner"] == os.getppid()
+
+
+def test_ownership_is_released_only_by_its_owner(tmp_path: Path) -> None:
+    state = Ownership(tmp_path / "pg.json")
+    assert state.read() == {} and not state.owner_alive()
+    state.claim(port=5)
+    assert state.read() == {"port": 5, "owner": os.getpid()}
+    assert not state.owner_alive()  # we are the owner: nobody else holds it
+    state.release()
+    assert not state.path.exists()
+    state.path.write_text("not json")
+    assert state.read() == {}
+
+
+# ---------------------------------------------------------------- the virtual environment
+
+
+def test_the_venv_is_reinstalled_whenever_requirements_change(tmp_path: Path) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("django==5.2\nuv==0.9.1\n")
+    digest = requirements_digest(requirements)
+    assert digest == hashlib.sha256(requirements.read_bytes()).hexdigest()
+    python, stamp = tmp_path / "python", tmp_path / "stamp"
+    assert not venv_is_current(digest, python=python, stamp=stamp)  # no venv yet
+    python.touch()
+    assert not venv_is_current(digest, python=python, stamp=stamp)  # never installed
+    stamp.write_text(digest + "\n")
+    assert venv_is_current(digest, python=python, stamp=stamp)
+    requirements.write_text("django==5.2.1\nuv==0.9.1\n")
+    assert not venv_is_current(requirements_digest(requirements), python=python, stamp=stamp)
+    assert uv_pin(requirements.read_text()) == "uv==0.9.1"
+    assert uv_pin("django\n") == "uv"
+
+
+def imported_modules(nodes: list[ast.stmt]) -> set[str]:
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+    return found
+
+
+@pytest.mark.parametrize("path", ["oz0", "oz0cli/__init__.py", "oz0cli/venv.py"])
+def test_what_the_machines_python_runs_imports_the_standard_library_only(path: str) -> None:
+    """The launcher runs these before .venv exists: a third-party import would break a fresh checkout.
+    (The launcher imports oz0cli.main inside the venv only, so its module level is what counts.)"""
+    tree = ast.parse((ROOT / path).read_text())
+    nodes = tree.body if path == "oz0" else list(ast.walk(tree))
+    modules = imported_modules([node for node in nodes if isinstance(node, ast.stmt)])
+    outside = {name for name in modules if name.split(".")[0] not in sys.stdlib_module_names}
+    assert outside <= {"oz0cli", "oz0cli.venv"}
+
+
+SUPERVISED = """
+import contextlib, os, signal, sys
+from oz0cli.supervisor import Supervisor
+supervisor = Supervisor({})
+supervisor.start("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"])
+# The signal lands while this thread is inside the stop flag's own code (a threading.Event's lock
+# held, as in Event.wait or an earlier handler's Event.set).
+with getattr(supervisor.stopping, "_cond", contextlib.nullcontext()):
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+sys.exit(supervisor.wait())
+"""
+
+
+def test_a_signal_that_lands_mid_wait_still_stops_the_supervisor_and_its_children() -> None:
+    """`up` once hung on SIGTERM: its handler set a threading.Event whose lock the interrupted main
+    thread held, and waited on itself forever. The handler takes no lock now."""
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISED], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        out, _ = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("the supervisor hung on a signal") from None
+    assert "stopping sleeper" in out and "stopped" in out

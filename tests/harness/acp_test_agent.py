@@ -1,0 +1,75 @@
+"""An ACP agent the tests script through the environment (OZ0_TEST_SCRIPT: a JSON list of steps;
+OZ0_TEST_RECORD: a file where it notes what happened, with times). It finds oz0's tools on the MCP
+server named `oz0` that its session was opened with, as any ACP agent would."""
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import acp
+from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+RECORD = os.environ.get("OZ0_TEST_RECORD")
+
+
+def note(**what):
+    if RECORD:
+        with open(RECORD, "a") as record:
+            record.write(json.dumps({**what, "at": time.time()}) + "\n")
+
+
+class ScriptedAgent:
+    def __init__(self):
+        self.conn = None
+        self.servers = {}
+        self.canceled = asyncio.Event()
+
+    def on_connect(self, conn):
+        self.conn = conn
+
+    async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
+        return InitializeResponse(protocol_version=protocol_version)
+
+    async def new_session(self, cwd, additional_directories=None, mcp_servers=None, **kwargs):
+        self.servers = {server.name: server for server in mcp_servers or []}
+        note(event="session", servers=sorted(self.servers))
+        return NewSessionResponse(session_id="s1")
+
+    async def cancel(self, session_id, **kwargs):
+        note(event="cancel")
+        self.canceled.set()
+
+    async def prompt(self, session_id, prompt, **kwargs):
+        oz0 = self.servers["oz0"]
+        params = StdioServerParameters(command=oz0.command, args=oz0.args, env={e.name: e.value for e in oz0.env})
+        last = None
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as mcp:
+            await mcp.initialize()
+            listed = (await mcp.list_tools()).tools
+            note(event="tools", names=sorted(t.name for t in listed), schemas={t.name: t.input_schema for t in listed})
+            for step in json.loads(os.environ.get("OZ0_TEST_SCRIPT", "[]")):
+                if "tool" in step:
+                    call = asyncio.ensure_future(mcp.call_tool(step["tool"], step.get("args", {})))
+                    waiter = asyncio.ensure_future(self.canceled.wait())
+                    await asyncio.wait([call, waiter], return_when=asyncio.FIRST_COMPLETED)
+                    if self.canceled.is_set():
+                        call.cancel()
+                        return PromptResponse(stop_reason="cancelled")
+                    last = call.result().content[0].text
+                elif "say" in step:
+                    text = last if step["say"] == "$last" else step["say"]
+                    await self.conn.session_update(session_id, acp.update_agent_message_text(text))
+                elif "wait" in step:
+                    await self.canceled.wait()
+                    return PromptResponse(stop_reason="cancelled")
+                elif "crash" in step:
+                    print("the agent crashed on purpose", file=sys.stderr, flush=True)
+                    os._exit(step["crash"])
+        return PromptResponse(stop_reason="end_turn")
+
+
+asyncio.run(acp.run_agent(ScriptedAgent()))

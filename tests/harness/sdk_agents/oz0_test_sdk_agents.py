@@ -1,0 +1,88 @@
+"""OpenAI Agents SDK agents for the openai_agents harness's offline tests. The harness's bridge
+process loads them (`oz0_test_sdk_agents:<name>`, with this folder on OZ0_AGENT_PATH), where
+`agents` is the SDK; oz0's own processes never import this module."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # type: ignore[import-not-found]
+
+from agents import Agent, Model, Usage  # type: ignore[attr-defined]
+
+
+def _fails_with(kind: str, message: str) -> Any:
+    step = ModelStep(output=[function_call("oz__fail", {"kind": kind, "message": message}, call_id="f1")])
+    return Agent(name="fails", model=ScriptedModel([step]))
+
+
+declared = _fails_with("not_found", "issue 9 is not in the tracker")
+undeclared = _fails_with("gone_fishing", "bye")
+too_long = _fails_with("not_found", "x" * 2001)
+
+
+def _last_output(call: Any) -> ModelStep:
+    outputs = [item for item in call.input if isinstance(item, dict) and item.get("type") == "function_call_output"]
+    return ModelStep(
+        output=[assistant_message(str(outputs[-1]["output"]))], usage=Usage(requests=1, input_tokens=20, output_tokens=4)
+    )
+
+
+echo = Agent(
+    name="echo",
+    model=ScriptedModel(
+        [
+            ModelStep(
+                output=[function_call("test__echo", {"value": {"said": "hello"}}, call_id="e1")],
+                usage=Usage(requests=1, input_tokens=10, output_tokens=3),
+            ),
+            ModelStep.respond(_last_output),
+        ]
+    ),
+)
+
+asks = Agent(
+    name="asks",
+    model=ScriptedModel(
+        [ModelStep(output=[function_call("oz__ask", {"question": "Which repo?"}, call_id="q1")]), ModelStep.respond(_last_output)]
+    ),
+)
+
+
+# When the slow model's call began and when a cancel ended it (the test reads them; tests run one at a time).
+SLOW_RECORD = os.path.join(tempfile.gettempdir(), "oz0-test-sdk-slow.json")
+
+
+def _record(what: str) -> None:
+    seen = {}
+    if os.path.exists(SLOW_RECORD):
+        with open(SLOW_RECORD) as previous:
+            seen = json.load(previous)
+    with open(SLOW_RECORD, "w") as record:
+        json.dump({**seen, what: time.time()}, record)
+
+
+class SlowModel(Model):  # type: ignore[misc]
+    """A model call that takes 30 s, unless the run is canceled first."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(30)
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        _record("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            _record("canceled")
+            raise
+        yield json.dumps({})
+
+
+slow = Agent(name="slow", model=SlowModel())
+broken = Agent(name="broken", model=ScriptedModel([ModelStep.raise_error(RuntimeError("the model exploded"))]))
+not_an_agent = 42

@@ -1,0 +1,48 @@
+"""The kernel's unit of work writes a transaction's trace events before its run row: the insights
+repairs trigger (on the trace insert) reads the run's `held_since` as it stood before the repair
+released the hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from insights.models import RepairDaily
+from runs import kernel
+from runs.kernel import txn as kernel_txn
+from runs.models import Run
+from tests.conftest import Team
+from tests.runs.driver import drive, fail
+
+
+def held_run(team: Team) -> Run:
+    run, _ = kernel.create_run(
+        workspace=team.workspace, user=team.users["operator"], body={"tasks": [fail("a", on_failure="halt")], "deliverable": "a"}
+    )
+    # The repairs rollup counts agents' runs; the name is all the trigger reads of the agent.
+    Run.objects.filter(pk=run.pk).update(agent_name="txn-order")
+    run = drive(run)
+    assert run.status == "needs_attention" and run.held_since is not None
+    return run
+
+
+def held_repairs() -> list[int]:
+    return list(RepairDaily.objects.filter(agent_name="txn-order").values_list("held", flat=True))
+
+
+def test_it_inserts_the_trace_before_it_saves_the_run(team: Team) -> None:
+    run = held_run(team)
+    kernel.retry(run_id=run.pk, key="a", user=team.users["operator"])
+    assert held_repairs() == [1], "the repair that released the hold is counted as held"
+
+
+def test_the_order_matters_to_the_repairs_trigger(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    def run_first(self: kernel_txn.Txn) -> None:
+        if self.run_fields:
+            self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
+        if self.events:
+            kernel_txn.TraceEvent.objects.bulk_create(self.events)
+
+    run = held_run(team)
+    monkeypatch.setattr(kernel_txn.Txn, "write_trace_then_run", run_first)
+    kernel.retry(run_id=run.pk, key="a", user=team.users["operator"])
+    assert held_repairs() == [0], "saved first, the run row hides the hold from the trigger"

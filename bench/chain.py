@@ -1,11 +1,15 @@
 """`chain`: N no-op tool tasks (`test.echo`) in a chain; the per-step overhead in ms.
 
 The chain is built behind a client-authored await (`gate`, which `c1` comes after), so no step
-runs before all are appended; then the gate is resolved. A step's overhead is the time from
-one task's `finished_at` to the next one's `started_at` (the kernel stamps both inside its
-transitions: the completion's commit, the Celery send, the broker, a worker picking the
-message up and the claim all fall in it). Each repetition gives the mean, median and p95 of
-its N-1 gaps.
+runs before all are appended; then the gate is resolved.
+
+The goal is checked against the **whole step**: the chain's time (the gate's `finished_at` to
+the last step's) divided by its steps. `test.echo` does no work, so a step is all overhead. The
+gap from one task's `finished_at` to the next one's `started_at` is reported too, but it no
+longer measures the overhead: the worker that settles a quick call claims the next one in the
+same transaction, so both are stamped with that transaction's time and the gap is ≈ 0 by
+construction; what a step costs (the settle-and-claim transaction, the heartbeat thread, the
+tool) now lies between a task's `started_at` and its `finished_at`.
 """
 
 from __future__ import annotations
@@ -75,15 +79,13 @@ def run(profile: Profile) -> Section:
         say(f"chain rep {rep + 1}/{profile.reps}: " + ", ".join(f"{k} {v:.1f}" for k, v in result.items()))
     section = Section()
     n = profile.chain_steps
-    section.figures[f"per-step overhead, mean of {n - 1} gaps"] = summary([r["gap_mean_ms"] for r in results], "ms")
-    section.figures["per-step overhead, median gap"] = summary([r["gap_p50_ms"] for r in results], "ms")
-    section.figures["per-step overhead, p95 gap"] = summary([r["gap_p95_ms"] for r in results], "ms")
+    section.figures[f"finished -> next started, mean of {n - 1} gaps"] = summary([r["gap_mean_ms"] for r in results], "ms")
+    section.figures["finished -> next started, median gap"] = summary([r["gap_p50_ms"] for r in results], "ms")
+    section.figures["finished -> next started, p95 gap"] = summary([r["gap_p95_ms"] for r in results], "ms")
     section.figures["a step's claim to its completion (echo)"] = summary([r["claim_to_finish_ms"] for r in results], "ms")
     section.figures["whole step (chain time / steps)"] = summary([r["step_total_ms"] for r in results], "ms")
     section.goals.append(
-        goal_at_most(
-            "per-step overhead (mean gap)", section.figures[f"per-step overhead, mean of {n - 1} gaps"]["median"], 20, " ms"
-        )
+        goal_at_most("per-step overhead (whole step)", section.figures["whole step (chain time / steps)"]["median"], 10, " ms")
     )
     section.extra = {"runs": results, "steps": n}
     return section

@@ -43,14 +43,15 @@ class Profile:
     inbox_reps: int
     live_runs: int
     live_waves: int
+    live_fan: int  # a fan of this many quick calls runs (built over HTTP) while the live waves are measured
     update_seconds: float
     redis_seconds: float
 
 
 PROFILES = {
-    "full": Profile("full", 3, 5000, 200, (1000, 2000, 4000, 8000), 3, 10_000, 15, 100, 8, 3.0, 2.0),
-    "quick": Profile("quick", 3, 200, 50, (250, 500, 1000), 3, 10_000, 9, 100, 4, 2.0, 1.0),
-    "tiny": Profile("tiny", 1, 40, 5, (20, 40), 1, 60, 2, 3, 1, 0.3, 0.2),
+    "full": Profile("full", 3, 5000, 200, (1000, 2000, 4000, 8000), 3, 10_000, 15, 100, 8, 5000, 3.0, 2.0),
+    "quick": Profile("quick", 3, 200, 50, (250, 500, 1000), 3, 10_000, 9, 100, 4, 2000, 2.0, 1.0),
+    "tiny": Profile("tiny", 1, 40, 5, (20, 40), 1, 60, 2, 3, 1, 40, 0.3, 0.2),
 }
 
 
@@ -314,7 +315,11 @@ class Processes:
             name,
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "oz0site.asgi:application"],
             # As `./oz0 up` runs its web process.
-            extra_env={"DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0"), **(extra_env or {})},
+            extra_env={
+                "DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0"),
+                "DB_POOL_SIZE": os.environ.get("OZ0_WEB_DB_POOL_SIZE", "8"),
+                **(extra_env or {}),
+            },
         )
         wait_until(lambda: self.listening(port), timeout=60, interval=0.1, what=f"{name} to listen")
         return port, proc

@@ -12,6 +12,7 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
+import secrets
 import statistics
 import sys
 import time
@@ -38,6 +39,10 @@ def main(argv: list[str]) -> int:
         return propagate_profile(mode, n, workspace, user, env)
     if mode == "worker":
         return worker_profile(n, workspace, user, env)
+    if mode == "append":
+        return append_profile(n, workspace, user, env)
+    if mode == "batch":
+        return batch_profile(n, workspace, user, env)
     run, ids = gated_echo_run(n, workspace, user)
 
     claim_ms: list[float] = []
@@ -172,6 +177,121 @@ def propagate_profile(shape: str, n: int, workspace: Any, user: Any, env: Any) -
     )
     for sql, times in sorted(by_statement.items(), key=lambda kv: -sum(kv[1])):
         print(f"{sql:<110} {len(times):>5} {sum(times):>9.0f} {statistics.median(times):>9.2f}")
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
+    print(stream.getvalue())
+    redis.Redis.from_url(env.redis_url).delete(env.queue)
+    return 0
+
+
+def batch_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
+    """The worker's path for chunks of 16 quick calls (`execute_batch`, as the Celery task calls
+    it), in-process over a gated fan of n echoes: time and statements per chunk, and a cProfile."""
+    import redis
+    from django.db import connection
+
+    from bench import harness
+    from runs.models import Task
+    from runs.worker import execution
+
+    run, ids = gated_echo_run(n, workspace, user)
+    by_statement: dict[str, list[float]] = {}
+
+    def timing(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            by_statement.setdefault(" ".join(sql.split())[:110], []).append((time.perf_counter() - started) * 1000)
+
+    chunk_ms: list[float] = []
+    profiler = cProfile.Profile()
+    with harness.QueryCounter() as queries, connection.execute_wrapper(timing):
+        for start in range(0, len(ids), 16):
+            started = time.perf_counter()
+            profiler.enable()
+            execution.execute_batch(ids[start : start + 16], str(run.pk))
+            profiler.disable()
+            chunk_ms.append((time.perf_counter() - started) * 1000)
+    done = Task.objects.filter(pk__in=ids, status="completed").count()
+    print(
+        f"{done}/{n} calls in {len(chunk_ms)} chunks of 16 in-process: {statistics.median(chunk_ms):.1f} ms per chunk "
+        f"(median), {queries.count / len(chunk_ms):.1f} statements per chunk"
+    )
+    print(
+        "statement (first 110 chars)                                                                      count  total ms  median ms"
+    )
+    for sql, spent in sorted(by_statement.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{sql:<110} {len(spent):>5} {sum(spent):>9.0f} {statistics.median(spent):>9.2f}")
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(50)
+    print(stream.getvalue())
+    redis.Redis.from_url(env.redis_url).delete(env.queue)
+    return 0
+
+
+def append_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
+    """A client's build of n echo calls through the JSON API (Django's whole stack, bearer token,
+    64 tasks per append), no worker consuming: time and statements per append, and a cProfile."""
+    import json
+
+    import redis
+    from django.test import Client
+
+    from bench import harness
+    from runs.models import ApiToken
+    from runs.tokens import token_digest
+
+    token = secrets.token_urlsafe(24)
+    ApiToken.objects.create(user=user, digest=token_digest(token), label="profile")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    tasks = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}} for i in range(1, n + 1)]
+    created = client.post(
+        f"/api/v1/workspaces/{workspace.slug}/runs",
+        json.dumps({"tasks": [{"key": "gate", "kind": "await", "question": "open"}, *tasks[:63]]}),
+        content_type="application/json",
+    )
+    assert created.status_code == 201, created.content[:300]
+    run_id = created.json()["run"]["id"]
+    times: list[float] = []
+    counts: list[int] = []
+    statements: list[str] = []
+
+    by_statement: dict[str, list[float]] = {}
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if len(statements) < 80 and not times:
+            statements.append(sql[:160])
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            by_statement.setdefault(" ".join(sql.split())[:110], []).append((time.perf_counter() - started) * 1000)
+
+    from django.db import connection
+
+    profiler = cProfile.Profile()
+    for index in range(63, n, 64):
+        body = json.dumps({"tasks": tasks[index : index + 64]})
+        with harness.QueryCounter() as queries, connection.execute_wrapper(capture):
+            started = time.perf_counter()
+            profiler.enable()
+            answer = client.post(f"/api/v1/runs/{run_id}/append", body, content_type="application/json")
+            profiler.disable()
+            times.append((time.perf_counter() - started) * 1000)
+        assert answer.status_code == 200, answer.content[:300]
+        counts.append(queries.count)
+    print(
+        f"{len(times)} appends of 64 over the API in-process: {statistics.median(times):.1f} ms, {statistics.median(counts)} statements (medians)"
+    )
+    print(
+        "statement (first 110 chars)                                                                      count  total ms  median ms"
+    )
+    for sql, spent in sorted(by_statement.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{sql:<110} {len(spent):>5} {sum(spent):>9.0f} {statistics.median(spent):>9.2f}")
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(45)
+    print(stream.getvalue())
     stream = io.StringIO()
     pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
     print(stream.getvalue())

@@ -6,7 +6,15 @@ A separate client process (as a browser would be) opens one websocket per run to
 process then changes all 100 runs at once through the kernel (pause, then resume, wave after
 wave; 4 threads, each with its own connection) and stamps each change's commit with an
 `on_commit` hook registered before the kernel's own, so it runs first after COMMIT. A
-message is matched to its change by (run, seq). Both stamps are `time.time()` on one machine.
+change is matched to the first message of its run whose seq is at or past the change's (a
+run's pushes are coalesced: one push may tell of several changes). Both stamps are
+`time.time()` on one machine.
+
+**While a fan runs**: a client builds a fan of `live_fan` quick calls through the same daphne's
+JSON API (bench/fan.py's `run_fan`) and the workers run it throughout the waves, so the fan's
+own pushes (hundreds of changes a second on one run) compete with the 100 runs' pushes. The
+waves start once the fan's first append has committed; the section says how many waves
+ended while the fan was still running.
 
 The clients open their sockets 10 handshakes at a time (and reopen a dropped one); after the
 measurement, `connect_burst` opens all 100 at the same instant and counts the refusals: one
@@ -32,6 +40,7 @@ from bench.harness import (
     percentile,
     say,
     summary,
+    wait_until,
 )
 
 THREADS = 4
@@ -129,6 +138,44 @@ def connect_burst(port: int, cookie: str, run_ids: list[str]) -> dict[str, int]:
     return {"attempted": len(results), "refused": results.count(False)}
 
 
+def start_fan(
+    profile: Profile, workspace: Any, user: Any, port: int, procs: Processes
+) -> tuple[threading.Thread | None, dict[str, Any]]:
+    """Build and run a fan through this daphne's API in a thread; returns once its first append committed."""
+    from bench import fan
+    from runs import tokens
+    from runs.models import Run
+
+    state: dict[str, Any] = {}
+    if profile.live_fan <= 0:
+        return None, state
+    client = fan.Client(port, tokens.issue(user=user, label="bench-live")[0])
+    before = set(Run.objects.filter(workspace=workspace).values_list("pk", flat=True))
+
+    def build_and_run() -> None:
+        from django.db import connection
+
+        try:
+            state["result"] = fan.run_fan(profile.live_fan, workspace, client, procs.probe_dir)
+        except BaseException as error:
+            state["error"] = repr(error)
+        finally:
+            client.close()
+            connection.close()
+
+    thread = threading.Thread(target=build_and_run, name="bench-live-fan", daemon=True)
+    thread.start()
+
+    def building() -> bool:
+        return (
+            not thread.is_alive()
+            or Run.objects.filter(workspace=workspace).exclude(pk__in=before).filter(tasks__key="e1").exists()
+        )
+
+    wait_until(building, timeout=120, interval=0.02, what="the fan beside the live waves to start")
+    return thread, state
+
+
 def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     from django.db import connection, transaction
     from django.test import Client
@@ -175,6 +222,8 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
             status, detail = out.get(timeout=5) if not out.empty() else ("error", "no answer")
             raise RuntimeError(f"bench: the websocket clients did not connect: {detail}")
         say(f"live: {len(runs)} websockets connected to daphne on port {port}")
+        fan_thread, fan_state = start_fan(profile, workspace, user, port, procs)
+        waves_during_fan = 0
         commits: dict[tuple[str, int], float] = {}
         wave_of: dict[tuple[str, int], int] = {}
         lock = threading.Lock()
@@ -213,12 +262,19 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
             barrier.wait()
             started = time.time()
             barrier.wait()
+            fan_running = fan_thread is not None and fan_thread.is_alive()
+            waves_during_fan += int(fan_running and wave > 0)
             say(
-                f"live wave {wave}/{profile.live_waves}{' (warm-up)' if wave == 0 else ''}: {len(runs)} runs changed in {(time.time() - started) * 1000:.0f} ms"
+                f"live wave {wave}/{profile.live_waves}{' (warm-up)' if wave == 0 else ''}: {len(runs)} runs changed in "
+                f"{(time.time() - started) * 1000:.0f} ms{', the fan running' if fan_running else ''}"
             )
             time.sleep(0.5)
         for thread in threads:
             thread.join(timeout=60)
+        if fan_thread is not None:
+            fan_thread.join(timeout=900)
+            if "error" in fan_state:
+                raise RuntimeError(f"bench: the fan beside the live waves failed: {fan_state['error']}")
         if errors:
             raise errors[0]
         stop.set()
@@ -241,17 +297,23 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     to_publish: dict[int, list[float]] = {}
     to_client: dict[int, list[float]] = {}
     matched = 0
+    arrivals: dict[str, list[tuple[int, float]]] = {}
     for run_id, seq, received in payload["received"]:
+        arrivals.setdefault(run_id, []).append((seq, received))
+    for (run_id, seq), committed in commits.items():
+        # The first message of the run that tells of this change (its seq or a later one).
+        told = min((at for message_seq, at in arrivals.get(run_id, []) if message_seq >= seq), default=None)
+        if told is None:
+            continue
+        matched += 1
+        wave = wave_of[(run_id, seq)]
+        if wave == 0:
+            continue
+        latencies.setdefault(wave, []).append((told - committed) * 1000)
         key = (run_id, seq)
-        if key in commits:
-            matched += 1
-            wave = wave_of[key]
-            if wave == 0:
-                continue
-            latencies.setdefault(wave, []).append((received - commits[key]) * 1000)
-            if key in published:
-                to_publish.setdefault(wave, []).append((published[key] - commits[key]) * 1000)
-                to_client.setdefault(wave, []).append((received - published[key]) * 1000)
+        if key in published:
+            to_publish.setdefault(wave, []).append((published[key] - committed) * 1000)
+            to_client.setdefault(wave, []).append((told - published[key]) * 1000)
     lost = len(commits) - matched
     p50s = [percentile(v, 50) for v in latencies.values() if v]
     p95s = [percentile(v, 95) for v in latencies.values() if v]
@@ -263,6 +325,9 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
         section.figures[f"{label} p50"] = summary([percentile(v, 50) for v in split.values() if v], "ms", digits=1)
         section.figures[f"{label} p95"] = summary([percentile(v, 95) for v in split.values() if v], "ms", digits=1)
     section.figures["messages lost"] = summary([lost], "messages", digits=0)
+    section.figures[f"waves measured while a fan of {profile.live_fan} ran"] = summary([waves_during_fan], "waves", digits=0)
+    if "result" in fan_state:
+        section.figures["the fan beside the waves: tasks/s"] = summary([fan_state["result"]["tasks_per_s"]], "tasks/s")
     section.figures["sockets dropped while measuring"] = summary([payload["drops"]], "sockets", digits=0)
     section.figures[f"connects refused, {len(runs)} at once (unpaced)"] = summary([burst["refused"]], "connects", digits=0)
     section.goals.append(
@@ -289,6 +354,10 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
         "which can run after the client already has the message (a negative 'group_send done -> client')"
     )
     section.notes.append(
-        f"one figure per wave of {len(runs)} changes (median of the waves' p50 and p95); {len(pooled)} messages matched"
+        f"one figure per wave of {len(runs)} changes (median of the waves' p50 and p95); {len(pooled)} changes matched"
+    )
+    section.notes.append(
+        f"a fan of {profile.live_fan} quick calls was built over HTTP and run beside the waves; "
+        f"{waves_during_fan} of {profile.live_waves} measured waves ended while it ran"
     )
     return section

@@ -45,9 +45,13 @@ def cmd_up(args: list[str]) -> int:
         supervisor = Supervisor(dict(os.environ))
         python = sys.executable
         try:
-            # Under ASGI, Django's advice is one connection per request (persistent ones belong to
-            # the workers); a DB_CONN_MAX_AGE of the person's own still wins.
-            web_env = {"DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0")}
+            # Under ASGI, Django's advice is no persistent connections (they belong to the workers):
+            # the web process takes its connections from a pool (OZ0_WEB_DB_POOL_SIZE, 0: a new
+            # session per request); a DB_CONN_MAX_AGE of the person's own still wins without a pool.
+            web_env = {
+                "DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0"),
+                "DB_POOL_SIZE": os.environ.get("OZ0_WEB_DB_POOL_SIZE", "8"),
+            }
             supervisor.start(
                 "web", [python, "-m", "daphne", "-b", host, "-p", str(port), "oz0site.asgi:application"], env=web_env
             )

@@ -86,6 +86,13 @@ DATABASES = {"default": environ.Env.db_url_config(DATABASE_URL)}
 # Health checks drop a connection the server closed instead of failing the next task.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=300)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The web process (daphne, ASGI) runs views and consumers on many threads: there a pool of
+# connections (psycopg_pool, through Django) replaces both persistent connections, which
+# Django advises against under ASGI, and a new session per request. `./oz0 up` sets it there.
+DB_POOL_SIZE = env.int("DB_POOL_SIZE", default=0)
+if DB_POOL_SIZE > 0:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="test_oz0")}
 
 REDIS_URL = checked_redis_url(env.str("REDIS_URL", default=""))
@@ -204,9 +211,9 @@ OZ0_TOOL_TIMEOUT_SECONDS = env.float("OZ0_TOOL_TIMEOUT_SECONDS", default=15 * 60
 # How long a runner tool's call waits when no live executor serves it, before it fails tool_not_served.
 OZ0_UNSERVED_SECONDS = env.float("OZ0_UNSERVED_SECONDS", default=60.0)
 # Quick tools' ready calls go to workers in chunks of at most this many...
-OZ0_QUICK_BATCH = env.int("OZ0_QUICK_BATCH", default=16)
+OZ0_QUICK_BATCH = env.int("OZ0_QUICK_BATCH", default=64)
 # ...split into at least this many chunks when there are enough, so every worker gets a share.
-OZ0_QUICK_SPREAD = env.int("OZ0_QUICK_SPREAD", default=4)
+OZ0_QUICK_SPREAD = env.int("OZ0_QUICK_SPREAD", default=2)
 # Delegation's caps (kind `limit`): how deep a tree of child runs goes, how many children one run starts.
 OZ0_TREE_MAX_DEPTH = env.int("OZ0_TREE_MAX_DEPTH", default=4)
 OZ0_TREE_MAX_CHILDREN = env.int("OZ0_TREE_MAX_CHILDREN", default=16)

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from runs.kernel.access import actor_name, require_write
+from runs.kernel.bulk import insert_tasks
 from runs.kernel.compile import TaskSpec, check_storable, compile_create, compile_tasks
 from runs.kernel.errors import Conflict, InvalidRequest
 from runs.kernel.failure import renewed_attempts
@@ -129,7 +130,7 @@ def add_tasks(txn: Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:
                 position=start + offset,
             )
         )
-    created = Task.objects.bulk_create(rows)
+    created = insert_tasks(rows, txn.now)
     txn.remember(created)
     for task in created:
         know_consumer(txn, task)

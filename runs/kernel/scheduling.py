@@ -142,7 +142,8 @@ def prefetch_consumers(txn: Txn, keys: Sequence[str], depth: int) -> None:
     by_id = {t.pk: t for t in txn.cache.values() if t.pk in levels}
     missing = [task_id for task_id in levels if task_id not in by_id]
     if missing:
-        fresh = list(Task.objects.filter(pk__in=missing))
+        # One array parameter, not one placeholder per id: a propagation may load thousands.
+        fresh = list(Task.objects.raw("SELECT * FROM runs_task WHERE id = ANY(%s::bigint[])", [missing]))
         txn.remember(fresh)
         by_id.update((t.pk, t) for t in fresh)
     for task_id, level in levels.items():

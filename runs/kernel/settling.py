@@ -60,7 +60,7 @@ def _settle_run(txn: Txn) -> None:
         return
     if run.status not in WORKING_RUN_STATUSES:
         return
-    if _busy(run):
+    if txn.known_busy or _busy(run):
         if run.status == RunStatus.NEEDS_ATTENTION:
             release_hold(txn)
         return

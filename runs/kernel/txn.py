@@ -32,6 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from oz0site import realtime
+from runs.kernel.bulk import insert_trace, mark_ready, skip_waiting
 from runs.kernel.errors import Conflict, NotFound
 from runs.kernel.graph import ASKING_STATUSES, FAILED_STATUSES, FINISHED_RUN_STATUSES
 from runs.models import Run, Task, TaskStatus, TraceEvent
@@ -152,6 +153,9 @@ class Txn:
     # Waiting consumers known per source key, and the keys whose consumers are all known.
     consumers: dict[str, dict[str, None]] = field(default_factory=dict)
     expanded: set[str] = field(default_factory=set)
+    # Set when this transaction leaves a task running for sure (a claim it took): the run's
+    # quiescence check need not ask the table.
+    known_busy: bool = False
     # Messages to other runs, delivered after commit (see CrossRun).
     cross_run: list[tuple[CrossRun, str]] = field(default_factory=list)
 
@@ -332,16 +336,10 @@ class Txn:
 
     def flush(self) -> None:
         if self.pending_ready:
-            ids = [t.pk for t in self.pending_ready if t.status == TaskStatus.WAITING]
-            if ids:
-                Task.objects.filter(pk__in=ids, status=TaskStatus.WAITING).update(ready=True, queued_at=self.now)
+            mark_ready([t.pk for t in self.pending_ready if t.status == TaskStatus.WAITING], self.now)
             self.pending_ready = []
         for cause, group in self.pending_skips.items():
-            ids = [t.pk for t in group]
-            updated = Task.objects.filter(pk__in=ids, status=TaskStatus.WAITING).update(
-                status=TaskStatus.SKIPPED, skipped_by=cause, finished_at=self.now, ready=False
-            )
-            if updated != len(ids):
+            if skip_waiting([t.pk for t in group], cause, self.now) != len(group):
                 raise Conflict("stale_task", "tasks changed under the run lock")
         self.pending_skips = {}
 
@@ -362,8 +360,7 @@ class Txn:
     def write_trace_then_run(self) -> None:
         """Trace events first, the run row second: the repairs trigger on the trace insert reads
         the run row as it stood before this transaction (its held_since; see the module docstring)."""
-        if self.events:
-            TraceEvent.objects.bulk_create(self.events)
+        insert_trace(self.events)
         if self.run_fields:
             self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import F
 from django.utils import timezone
 
+from runs.kernel.bulk import claim_queued, complete_claimed
 from runs.kernel.errors import Conflict
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
@@ -216,50 +216,60 @@ def task_stopped(claimed: Claimed) -> bool:
 def claim_batch(run_id: Any, task_ids: Sequence[int], claim: str) -> list[Claimed]:
     """Take several queued quick calls of one run in one transaction (those still queued)."""
     with locked(run_id, "worker") as txn:
-        if txn.run.status not in WORKING_RUN_STATUSES:
-            return []
+        return take_queued(txn, task_ids, claim)
+
+
+def take_queued(txn: Txn, task_ids: Sequence[int], claim: str) -> list[Claimed]:
+    """Claim the given quick calls that are still queued, under the transaction's run lock."""
+    if txn.run.status not in WORKING_RUN_STATUSES or not task_ids:
+        return []
+    txn.flush()
+    # Calls this transaction itself made ready are in its cache as they stand (the run lock
+    # keeps every other writer out); only calls a message named are read from the table.
+    cached = {t.pk: t for t in txn.cache.values() if t.pk in set(task_ids)}
+    if len(cached) == len(set(task_ids)):
+        tasks = sorted(
+            (t for t in cached.values() if t.status == TaskStatus.WAITING and t.ready and t.kind == "tool"),
+            key=lambda t: t.position,
+        )
+    else:
         tasks = list(
             Task.objects.filter(pk__in=list(task_ids), run=txn.run, status=TaskStatus.WAITING, ready=True, kind="tool").order_by(
                 "position"
             )
         )
         txn.remember(tasks)
-        # A call whose arguments changed since its approval passes the stage again, unclaimed.
-        tasks = [t for t in tasks if approval_holds(txn, t) and t.status == TaskStatus.WAITING and t.ready]
-        if not tasks:
-            return []
-        # One conditional UPDATE for the chunk (the rows were read under the run lock).
-        updated = Task.objects.filter(pk__in=[t.pk for t in tasks], status=TaskStatus.WAITING, ready=True).update(
-            status=TaskStatus.RUNNING,
-            ready=False,
-            claim=claim,
-            heartbeat_at=txn.now,
-            started_at=txn.now,
-            attempt=F("attempt") + 1,
-            cancel_requested=False,
-            deadline_at=tool_deadline({}, txn.now),
-        )
-        if updated != len(tasks):
-            raise Conflict("stale_task", "tasks changed under the run lock")
-        for task in tasks:
-            if task.spec.get("timeout_s"):
-                Task.objects.filter(pk=task.pk).update(deadline_at=tool_deadline(task.spec, txn.now))
-        claimed = []
-        for task in tasks:
-            task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
-            txn.event(task.key, "status", TaskStatus.WAITING, TaskStatus.RUNNING)
-            claimed.append(claimed_from(task))
-        txn.remember(tasks)
-        return claimed
+    # A call whose arguments changed since its approval passes the stage again, unclaimed.
+    tasks = [t for t in tasks if approval_holds(txn, t) and t.status == TaskStatus.WAITING and t.ready]
+    if not tasks:
+        return []
+    # One conditional UPDATE for the chunk (the rows were read under the run lock).
+    updated = claim_queued([t.pk for t in tasks], claim, txn.now, tool_deadline({}, txn.now))
+    if updated != len(tasks):
+        raise Conflict("stale_task", "tasks changed under the run lock")
+    for task in tasks:
+        if task.spec.get("timeout_s"):
+            Task.objects.filter(pk=task.pk).update(deadline_at=tool_deadline(task.spec, txn.now))
+    claimed = []
+    for task in tasks:
+        task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
+        task.heartbeat_at = task.started_at = txn.now
+        txn.event(task.key, "status", TaskStatus.WAITING, TaskStatus.RUNNING)
+        claimed.append(claimed_from(task))
+    txn.remember(tasks)
+    # A call running under a claim at commit: the run cannot be quiescent.
+    txn.known_busy = True
+    return claimed
 
 
-def report_batch(outcomes: Sequence[Outcome], *, take: int = 0) -> list[int]:
+def report_batch(outcomes: Sequence[Outcome], *, take: int = 0, then_claim: str | None = None) -> list[Claimed]:
     """Settle a batch's calls (of one run, under one claim) in one transaction and release their
     consumers once.
 
-    Returns up to `take` quick calls this release made ready, which the reporting worker runs
-    next itself instead of sending them through the broker (a chain of quick calls then costs
-    no broker round trip per step). Should the worker die first, the lost-message sweep sends them.
+    With `then_claim`, up to `take` quick calls this release made ready are claimed under it in
+    the same transaction and returned: the reporting worker runs them next itself, so a chain of
+    quick calls costs one transaction and no broker round trip per step. They are claimed like
+    any chunk (durably, under a lease), so a worker that dies first leaves them to the lease sweep.
     """
     if not outcomes:
         return []
@@ -291,9 +301,12 @@ def report_batch(outcomes: Sequence[Outcome], *, take: int = 0) -> list[int]:
                 completed.append(task)
         if completed:
             # One UPDATE for the chunk's completions: the rows are held by this claim under the run lock.
-            Task.objects.bulk_update(completed, ["status", "result", "finished_at", "claim"])
+            if complete_claimed(completed, claim, txn.now) != len(completed):
+                raise Conflict("stale_task", "tasks changed under the run lock")
             txn.check_run()
         release(txn, [t.key for t in completed])
+        if then_claim is None or take <= 0:
+            return []
         taken = txn.dispatch_quick[:take]
         del txn.dispatch_quick[:take]
-        return taken
+        return take_queued(txn, taken, then_claim)

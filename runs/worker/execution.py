@@ -119,17 +119,17 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
             execute_task(task_id)
         return
     deadline = time.monotonic() + CONTINUATION_SECONDS
-    while task_ids:
-        claim = new_claim()
-        claimed = kernel.claim_batch(run_id, task_ids, claim)
-        if not claimed:
-            return
+    claim = new_claim()
+    claimed = kernel.claim_batch(run_id, task_ids, claim)
+    while claimed:
         with Heartbeat(partial(kernel.heartbeat, claim), f"batch {claim}") as beat:
             outcomes = [tool_outcome(call, beat.cancel) for call in claimed]
-        # Quick calls this chunk made ready are run here next, for a while, rather than queued.
+        # Quick calls this chunk made ready are run here next, for a while, rather than queued:
+        # claimed in the transaction that settles this chunk.
         take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
+        claim = new_claim()
         try:
-            task_ids = kernel.report_batch(outcomes, take=take)
+            claimed = kernel.report_batch(outcomes, take=take, then_claim=claim)
         except Exception as error:
             # As for a single call: no claim is left behind for the lease sweep to hand on forever.
             log.exception("a batch of %d quick calls could not be reported", len(claimed))

@@ -63,6 +63,7 @@ KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset(
         {"compile", "candidates", "templates"}
     ),  # a request compiled (no HTTP, no writes); repair candidates; flow templates
+    frozenset({"bulk"}),  # set-based writes of many rows in one statement (unnest), each a compare-and-set
     frozenset({"txn"}),  # Txn + locked(): the unit of work
     frozenset({"scheduling"}),  # evaluate, release, start, joins, a failure's policy
     frozenset({"settling", "failure"}),  # run quiescence, holds, cancels / auto-retry, replayability

@@ -68,9 +68,37 @@ def test_it_claims_only_what_is_still_queued(team: Team) -> None:
 def test_it_hands_the_next_quick_calls_to_the_reporting_worker(team: Team) -> None:
     run = create(team, [echo("a"), echo("b", after=["a"]), echo("c", after=["b"])], "c")
     claimed = kernel.claim_batch(run.pk, [task(run, "a").pk], "w")
-    taken = kernel.report_batch([tool_outcome(c, threading.Event()) for c in claimed], take=2)
-    assert taken == [task(run, "b").pk]
-    assert task(run, "b").ready and task(run, "b").status == "waiting"
+    seq_before = Run.objects.get(pk=run.pk).last_seq
+    taken = kernel.report_batch([tool_outcome(c, threading.Event()) for c in claimed], take=2, then_claim="w2")
+    # b is settled-ready and claimed in the transaction that completed a: one commit per step.
+    assert [c.key for c in taken] == ["b"] and taken[0].claim == "w2" and taken[0].attempt == 1
+    b = task(run, "b")
+    assert (b.status, b.claim, b.ready) == ("running", "w2", False)
+    events = list(TraceEvent.objects.filter(run=run, seq__gt=seq_before).order_by("seq").values_list("task_key", "to_status"))
+    assert events == [("a", "completed"), ("b", "running")]
+    # Without a claim to take them under, the next calls stay queued for any worker.
+    more = kernel.report_batch([tool_outcome(c, threading.Event()) for c in taken], take=2)
+    assert more == [] and task(run, "c").ready and task(run, "c").status == "waiting"
+
+
+def test_a_taken_call_whose_worker_dies_is_handed_on_by_the_lease_sweep(team: Team) -> None:
+    run = create(team, [echo("a"), echo("b", after=["a"])], "b")
+    claimed = kernel.claim_batch(run.pk, [task(run, "a").pk], "w")
+    taken = kernel.report_batch([tool_outcome(c, threading.Event()) for c in claimed], take=2, then_claim="w2")
+    assert [c.key for c in taken] == ["b"]
+    # The worker dies before running b: its lease expires and the sweep makes it queued again.
+    from django.utils import timezone
+
+    from runs.models import Task
+
+    Task.objects.filter(pk=taken[0].task_id).update(heartbeat_at=timezone.now() - timezone.timedelta(hours=1))
+    kernel.sweep_expired_claims()
+    b = task(run, "b")
+    assert b.status == "waiting" and b.ready and b.claim is None
+    # The dead claim's late report changes nothing.
+    assert kernel.report_batch([tool_outcome(taken[0], threading.Event())]) == []
+    assert run_chunk(run, ["b"], claim="w3") == 1
+    assert Run.objects.get(pk=run.pk).status == "completed"
 
 
 def test_it_stops_a_chunk_of_a_canceled_run(team: Team) -> None:

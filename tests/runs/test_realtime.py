@@ -87,3 +87,61 @@ def test_it_lets_only_members_subscribe(role: str, accepted: bool) -> None:
         return bool(connected)
 
     assert async_to_sync(connect)() is accepted
+
+
+def _drain(layer: Any, channel: str, quiet: float = 1.0) -> list[dict[str, Any]]:
+    messages = []
+    while True:
+        try:
+            messages.append(async_to_sync(_next)(layer, channel, quiet))
+        except TimeoutError:
+            return messages
+
+
+def _change(run: str, seq: int, task: str) -> dict[str, Any]:
+    return {
+        "type": "run.changed",
+        "run": run,
+        "workspace": 1,
+        "status": "running",
+        "seq": seq,
+        "attention": None,
+        "tasks": [task],
+    }
+
+
+def test_it_folds_a_burst_of_one_runs_changes_into_its_last_push(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run changing hundreds of times a second (a fan of quick calls) costs at most one push per
+    window; the push that ends the window carries the latest seq and every task the burst named."""
+    monkeypatch.setattr(realtime, "COALESCE_SECONDS", 0.3)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    group = realtime.run_group("burst")
+    async_to_sync(layer.group_add)(group, channel)
+    for seq in range(1, 41):
+        realtime.publish([group], _change("burst", seq, f"t{seq % 5}"))
+    messages = _drain(layer, channel)
+    # The first change at once, the other 39 folded into the push at the end of its window.
+    assert [m["seq"] for m in messages] == [1, 40]
+    assert sorted(messages[-1]["tasks"]) == ["t0", "t1", "t2", "t3", "t4"]
+
+
+def test_a_busy_run_does_not_delay_another_runs_push(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(realtime, "COALESCE_SECONDS", 0.5)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    for run in ("busy", "quiet"):
+        async_to_sync(layer.group_add)(realtime.run_group(run), channel)
+    realtime.publish([realtime.run_group("busy")], _change("busy", 1, "a"))
+    realtime.publish([realtime.run_group("busy")], _change("busy", 2, "a"))  # waits for the window's end
+    realtime.publish([realtime.run_group("quiet")], _change("quiet", 7, "q"))
+    messages = _drain(layer, channel)
+    assert [(m["run"], m["seq"]) for m in messages] == [("busy", 1), ("quiet", 7), ("busy", 2)]
+
+
+def test_it_never_folds_away_a_later_change_behind_an_earlier_one() -> None:
+    later, earlier = _change("r", 9, "b"), _change("r", 4, "a")
+    assert realtime.fold(later, earlier)["seq"] == 9 and realtime.fold(earlier, later)["seq"] == 9
+    assert set(realtime.fold(earlier, later)["tasks"]) == {"a", "b"}
+    many = realtime.fold({**earlier, "tasks": [f"x{i}" for i in range(40)]}, {**later, "tasks": [f"y{i}" for i in range(40)]})
+    assert len(many["tasks"]) == 50

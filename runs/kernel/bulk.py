@@ -1,0 +1,146 @@
+"""Set-based writes for the kernel's hot paths: one statement for many rows, its parameters one
+array per column (`unnest`), so a build's task rows, a transaction's trace and a chunk's claim and
+settle each cost one round trip, with no per-row SQL to build in Python nor to parse in the server.
+
+Every write here is a compare-and-set like the ORM moves it replaces (the status and claim a row
+must still have are in the WHERE clause) and answers how many rows it changed; the callers check
+that number under the run lock, as `Txn.move_many` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+from psycopg.types.json import Jsonb
+
+from runs.models import Task, TaskStatus, TraceEvent
+
+
+def _json(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+def insert_trace(events: Sequence[TraceEvent]) -> None:
+    """Insert one transaction's trace events (all of one run) in one statement. `at` is the
+    moment of the write, as the model's `auto_now_add` stamps it."""
+    if not events:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runs_traceevent (run_id, seq, at, task_key, event, from_status, to_status, error, actor, data) "
+            "SELECT %s::uuid, u.* FROM unnest(%s::bigint[], %s::timestamptz[], %s::varchar[], %s::varchar[], "
+            "%s::varchar[], %s::varchar[], %s::jsonb[], %s::varchar[], %s::jsonb[]) AS u",
+            [
+                events[0].run_id,
+                [e.seq for e in events],
+                [timezone.now()] * len(events),
+                [e.task_key for e in events],
+                [e.event for e in events],
+                [e.from_status for e in events],
+                [e.to_status for e in events],
+                [_json(e.error) for e in events],
+                [e.actor for e in events],
+                [_json(e.data) for e in events],
+            ],
+        )
+
+
+def insert_tasks(rows: Sequence[Task], now: datetime) -> list[Task]:
+    """Insert new task rows (all of one run, fresh: waiting, not ready, never attempted) in one
+    statement; sets each row's id and creation time and returns the rows."""
+    if not rows:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            'INSERT INTO runs_task (run_id, key, kind, "after", on_failure, spec, lineage, composed, resolution_token, '
+            "position, status, ready, attempt, state, cancel_requested, created_at) "
+            "SELECT %s::uuid, u.key, u.kind, ARRAY(SELECT jsonb_array_elements_text(u.after))::varchar[], u.on_failure, "
+            "u.spec, u.lineage, u.composed, u.token, u.position, %s, false, 0, '{}'::jsonb, false, %s "
+            "FROM unnest(%s::varchar[], %s::varchar[], %s::jsonb[], %s::varchar[], %s::jsonb[], %s::varchar[], "
+            "%s::boolean[], %s::varchar[], %s::integer[]) AS u(key, kind, after, on_failure, spec, lineage, composed, token, position) "
+            "RETURNING id, key",
+            [
+                rows[0].run_id,
+                TaskStatus.WAITING,
+                now,
+                [t.key for t in rows],
+                [t.kind for t in rows],
+                [Jsonb(list(t.after)) for t in rows],
+                [t.on_failure for t in rows],
+                [Jsonb(t.spec) for t in rows],
+                [t.lineage for t in rows],
+                [t.composed for t in rows],
+                [t.resolution_token for t in rows],
+                [t.position for t in rows],
+            ],
+        )
+        ids = {key: pk for pk, key in cursor.fetchall()}
+    for task in rows:
+        task.pk = ids[task.key]
+        task.status, task.ready, task.attempt, task.state = TaskStatus.WAITING, False, 0, {}
+        task.cancel_requested, task.created_at = False, now
+        task._state.adding = False
+        task._state.db = connection.alias
+    return list(rows)
+
+
+def mark_ready(task_ids: Sequence[int], now: datetime) -> int:
+    """Queue waiting tasks for the workers; answers how many were still waiting."""
+    if not task_ids:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_task SET ready = true, queued_at = %s WHERE id = ANY(%s::bigint[]) AND status = %s",
+            [now, list(task_ids), TaskStatus.WAITING],
+        )
+        return int(cursor.rowcount)
+
+
+def skip_waiting(task_ids: Sequence[int], cause: str, now: datetime) -> int:
+    """Skip waiting tasks because of the failure `cause` (a propagation over a large graph)."""
+    if not task_ids:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_task SET status = %s, skipped_by = %s, finished_at = %s, ready = false "
+            "WHERE id = ANY(%s::bigint[]) AND status = %s",
+            [TaskStatus.SKIPPED, cause, now, list(task_ids), TaskStatus.WAITING],
+        )
+        return int(cursor.rowcount)
+
+
+def claim_queued(task_ids: Sequence[int], claim: str, now: datetime, deadline: datetime) -> int:
+    """Claim queued calls for one worker: waiting and ready → running under `claim`, attempt + 1."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_task SET status = %s, ready = false, claim = %s, heartbeat_at = %s, started_at = %s, "
+            "attempt = attempt + 1, cancel_requested = false, deadline_at = %s "
+            "WHERE id = ANY(%s::bigint[]) AND status = %s AND ready",
+            [TaskStatus.RUNNING, claim, now, now, deadline, list(task_ids), TaskStatus.WAITING],
+        )
+        return int(cursor.rowcount)
+
+
+def complete_claimed(tasks: Sequence[Task], claim: str, now: datetime) -> int:
+    """Settle calls held under `claim` as completed, each with its own result, in one statement."""
+    if not tasks:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_task AS t SET status = %s, result = u.result, finished_at = %s, claim = NULL "
+            "FROM unnest(%s::bigint[], %s::jsonb[]) AS u(id, result) "
+            "WHERE t.id = u.id AND t.status = %s AND t.claim = %s",
+            [
+                TaskStatus.COMPLETED,
+                now,
+                [t.pk for t in tasks],
+                [_json(t.result) for t in tasks],
+                TaskStatus.RUNNING,
+                claim,
+            ],
+        )
+        return int(cursor.rowcount)

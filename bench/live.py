@@ -10,8 +10,8 @@ change is matched to the first message of its run whose seq is at or past the ch
 run's pushes are coalesced: one push may tell of several changes). Both stamps are
 `time.time()` on one machine.
 
-**While a fan runs**: a client builds a fan of `live_fan` quick calls through the same daphne's
-JSON API (bench/fan.py's `run_fan`) and the workers run it throughout the waves, so the fan's
+**While a fan runs**: a client process builds a fan of `live_fan` quick calls through the same
+daphne's JSON API (bench/fan.py's `run_fan`) and the workers run it throughout the waves, so the fan's
 own pushes (hundreds of changes a second on one run) compete with the 100 runs' pushes. The
 waves start once the fan's first append has committed; the section says how many waves
 ended while the fan was still running.
@@ -138,42 +138,47 @@ def connect_burst(port: int, cookie: str, run_ids: list[str]) -> dict[str, int]:
     return {"attempted": len(results), "refused": results.count(False)}
 
 
-def start_fan(
-    profile: Profile, workspace: Any, user: Any, port: int, procs: Processes
-) -> tuple[threading.Thread | None, dict[str, Any]]:
-    """Build and run a fan through this daphne's API in a thread; returns once its first append committed."""
+def _fan_main(n: int, workspace_id: int, port: int, token: str, probe_dir: Any, out: Any) -> None:
+    """The fan's client in a process of its own, as a program building runs would be: its HTTP
+    calls and JSON must not take the GIL from the bench process's publisher and drivers."""
+    from bench import harness
+
+    harness.setup_django()
     from bench import fan
+    from runs.models import Workspace
+
+    client = fan.Client(port, token)
+    try:
+        out.put(("ok", fan.run_fan(n, Workspace.objects.get(pk=workspace_id), client, probe_dir)))
+    except BaseException as error:
+        out.put(("error", repr(error)))
+    finally:
+        client.close()
+
+
+def start_fan(profile: Profile, workspace: Any, user: Any, port: int, procs: Processes) -> tuple[Any, Any]:
+    """Start a process that builds and runs a fan through this daphne's API; returns once its
+    first request committed. (None, None) when the profile runs no fan beside the waves."""
     from runs import tokens
     from runs.models import Run
 
-    state: dict[str, Any] = {}
     if profile.live_fan <= 0:
-        return None, state
-    client = fan.Client(port, tokens.issue(user=user, label="bench-live")[0])
+        return None, None
     before = set(Run.objects.filter(workspace=workspace).values_list("pk", flat=True))
-
-    def build_and_run() -> None:
-        from django.db import connection
-
-        try:
-            state["result"] = fan.run_fan(profile.live_fan, workspace, client, procs.probe_dir)
-        except BaseException as error:
-            state["error"] = repr(error)
-        finally:
-            client.close()
-            connection.close()
-
-    thread = threading.Thread(target=build_and_run, name="bench-live-fan", daemon=True)
-    thread.start()
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    token = tokens.issue(user=user, label="bench-live")[0]
+    process = ctx.Process(target=_fan_main, args=(profile.live_fan, workspace.pk, port, token, procs.probe_dir, out))
+    process.start()
 
     def building() -> bool:
         return (
-            not thread.is_alive()
+            not process.is_alive()
             or Run.objects.filter(workspace=workspace).exclude(pk__in=before).filter(tasks__key="e1").exists()
         )
 
     wait_until(building, timeout=120, interval=0.02, what="the fan beside the live waves to start")
-    return thread, state
+    return process, out
 
 
 def run(profile: Profile, env: Environment, procs: Processes) -> Section:
@@ -222,7 +227,8 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
             status, detail = out.get(timeout=5) if not out.empty() else ("error", "no answer")
             raise RuntimeError(f"bench: the websocket clients did not connect: {detail}")
         say(f"live: {len(runs)} websockets connected to daphne on port {port}")
-        fan_thread, fan_state = start_fan(profile, workspace, user, port, procs)
+        fan_process, fan_out = start_fan(profile, workspace, user, port, procs)
+        fan_result: dict[str, Any] = {}
         waves_during_fan = 0
         commits: dict[tuple[str, int], float] = {}
         wave_of: dict[tuple[str, int], int] = {}
@@ -262,7 +268,7 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
             barrier.wait()
             started = time.time()
             barrier.wait()
-            fan_running = fan_thread is not None and fan_thread.is_alive()
+            fan_running = fan_process is not None and fan_process.is_alive()
             waves_during_fan += int(fan_running and wave > 0)
             say(
                 f"live wave {wave}/{profile.live_waves}{' (warm-up)' if wave == 0 else ''}: {len(runs)} runs changed in "
@@ -271,10 +277,12 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
             time.sleep(0.5)
         for thread in threads:
             thread.join(timeout=60)
-        if fan_thread is not None:
-            fan_thread.join(timeout=900)
-            if "error" in fan_state:
-                raise RuntimeError(f"bench: the fan beside the live waves failed: {fan_state['error']}")
+        if fan_process is not None:
+            fan_status, fan_answer = fan_out.get(timeout=900)
+            fan_process.join(timeout=30)
+            if fan_status != "ok":
+                raise RuntimeError(f"bench: the fan beside the live waves failed: {fan_answer}")
+            fan_result = fan_answer
         if errors:
             raise errors[0]
         stop.set()
@@ -326,8 +334,8 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
         section.figures[f"{label} p95"] = summary([percentile(v, 95) for v in split.values() if v], "ms", digits=1)
     section.figures["messages lost"] = summary([lost], "messages", digits=0)
     section.figures[f"waves measured while a fan of {profile.live_fan} ran"] = summary([waves_during_fan], "waves", digits=0)
-    if "result" in fan_state:
-        section.figures["the fan beside the waves: tasks/s"] = summary([fan_state["result"]["tasks_per_s"]], "tasks/s")
+    if fan_result:
+        section.figures["the fan beside the waves: tasks/s"] = summary([fan_result["tasks_per_s"]], "tasks/s")
     section.figures["sockets dropped while measuring"] = summary([payload["drops"]], "sockets", digits=0)
     section.figures[f"connects refused, {len(runs)} at once (unpaced)"] = summary([burst["refused"]], "connects", digits=0)
     section.goals.append(

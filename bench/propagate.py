@@ -100,7 +100,7 @@ def run(profile: Profile) -> Section:
             section.figures[f"{shape} growth {small} -> {large}"] = stat
             worst = stat["median"] if worst is None else max(worst, stat["median"])
         section.figures[f"{shape} of {sizes[-1]}: SQL statements"] = summary(queries[(shape, sizes[-1])], "statements", digits=0)
-    section.goals.append(goal_at_most("growth per doubling (worst shape and step)", worst, 2.2, "x"))
+    section.goals.append(goal_at_most("growth per doubling (worst shape and step)", worst, 2.1, "x"))
     section.extra = {
         "times_ms": {f"{s}:{n}": v for (s, n), v in times.items()},
         "queries": {f"{s}:{n}": v for (s, n), v in queries.items()},

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from runs.kernel import MAX_DEPTH, MAX_PAYLOAD_BYTES, InvalidRequest, KernelError, check_storable
 
@@ -71,6 +71,18 @@ def known_fields(body: Any, schema: type[Schema]) -> None:
 
 class Open(Schema):
     model_config = ConfigDict(extra="allow")
+
+
+class Out(BaseModel):
+    """A response shape. The views answer dicts the selectors built, so plain pydantic validates
+    them: ninja's Schema would wrap every nested object in its ORM attribute getter, which cost
+    more than building the document (a run of 5,000 tasks: 0.35 s of 0.69 s)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class OpenOut(Out):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
 
 
 class ErrorBody(Schema):
@@ -166,12 +178,12 @@ class AwaitOutcomeIn(Schema):
     error: str | None = None
 
 
-class TaskError(Schema):
+class TaskError(Out):
     key: str | None
     detail: str | None = None
 
 
-class Failure(Schema):
+class Failure(Out):
     kind: str
     retryable: bool
     partial: bool
@@ -180,14 +192,14 @@ class Failure(Schema):
     declared: bool
 
 
-class Attention(Schema):
+class Attention(Out):
     reason: str
     blocked_task_keys: list[str]
     # The failure kinds a hold holds on (empty for a question, or a hold with no failure behind it).
     kinds: list[str] = Field(default_factory=list)
 
 
-class TaskOut(Open):
+class TaskOut(OpenOut):
     key: str
     kind: str
     status: str
@@ -209,7 +221,7 @@ class TaskOut(Open):
     spec: dict[str, Any] = Field(default_factory=dict)
 
 
-class ChildOut(Schema):
+class ChildOut(Out):
     """A child run (a delegate task's): status, kind and flags; words only for content readers."""
 
     id: str
@@ -220,7 +232,7 @@ class ChildOut(Schema):
     failure: Failure | None = None
 
 
-class RunOut(Open):
+class RunOut(OpenOut):
     id: str
     workspace: str
     agent: str | None = None
@@ -251,7 +263,7 @@ class RunOut(Open):
     last_seq: int = 0
 
 
-class RunSummaryOut(Open):
+class RunSummaryOut(OpenOut):
     id: str
     workspace: str
     status: str
@@ -259,14 +271,14 @@ class RunSummaryOut(Open):
     failure: Failure | None = None
 
 
-class Receipt(Schema):
+class Receipt(Out):
     tokens: dict[str, str]
     # The task keys the request added (in its order), and the run's trace seq once it committed.
     keys: list[str] = Field(default_factory=list)
     seq: int = 0
 
 
-class RunSummary(Open):
+class RunSummary(OpenOut):
     id: str
     workspace: str
     status: str
@@ -276,12 +288,12 @@ class RunSummary(Open):
     last_seq: int
 
 
-class AppendLinks(Schema):
+class AppendLinks(Out):
     run: str
     wait: str
 
 
-class Appended(Schema):
+class Appended(Out):
     """An append's answer: the run's summary (no tasks), the receipt, and where to read on."""
 
     run: RunSummary
@@ -289,16 +301,16 @@ class Appended(Schema):
     links: AppendLinks
 
 
-class RunCreated(Schema):
+class RunCreated(Out):
     run: RunOut
     receipt: Receipt
 
 
-class RunOnly(Schema):
+class RunOnly(Out):
     run: RunOut
 
 
-class TraceEventOut(Open):
+class TraceEventOut(OpenOut):
     seq: int
     at: str
     task: str | None = None
@@ -311,18 +323,18 @@ class TraceEventOut(Open):
     data: dict[str, Any] | None = None
 
 
-class TraceOut(Schema):
+class TraceOut(Out):
     events: list[TraceEventOut]
 
 
-class WaitOut(Open):
+class WaitOut(OpenOut):
     status: str
     attention: Attention | None = None
     last_seq: int
     events: list[TraceEventOut]
 
 
-class RunPage(Schema):
+class RunPage(Out):
     count: int
     items: list[RunSummaryOut]
     next: str | None = None

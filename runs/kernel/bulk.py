@@ -113,14 +113,20 @@ def skip_waiting(task_ids: Sequence[int], cause: str, now: datetime) -> int:
         return int(cursor.rowcount)
 
 
-def claim_queued(task_ids: Sequence[int], claim: str, now: datetime, deadline: datetime) -> int:
-    """Claim queued calls for one worker: waiting and ready → running under `claim`, attempt + 1."""
+def claim_queued(task_ids: Sequence[int], claim: str, now: datetime, deadline: datetime, *, queued_now: bool = False) -> int:
+    """Claim queued calls for one worker: waiting and ready → running under `claim`, attempt + 1.
+    `queued_now`: the calls were made ready by this same transaction and their readiness is not
+    written yet; the claim writes it (their queue time) in the same statement."""
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE runs_task SET status = %s, ready = false, claim = %s, heartbeat_at = %s, started_at = %s, "
-            "attempt = attempt + 1, cancel_requested = false, deadline_at = %s "
-            "WHERE id = ANY(%s::bigint[]) AND status = %s AND ready",
-            [TaskStatus.RUNNING, claim, now, now, deadline, list(task_ids), TaskStatus.WAITING],
+            "attempt = attempt + 1, cancel_requested = false, deadline_at = %s"
+            + (
+                ", queued_at = %s WHERE id = ANY(%s::bigint[]) AND status = %s AND NOT ready"
+                if queued_now
+                else " WHERE id = ANY(%s::bigint[]) AND status = %s AND ready"
+            ),
+            [TaskStatus.RUNNING, claim, now, now, deadline, *([now] if queued_now else []), list(task_ids), TaskStatus.WAITING],
         )
         return int(cursor.rowcount)
 

@@ -223,16 +223,21 @@ def take_queued(txn: Txn, task_ids: Sequence[int], claim: str) -> list[Claimed]:
     """Claim the given quick calls that are still queued, under the transaction's run lock."""
     if txn.run.status not in WORKING_RUN_STATUSES or not task_ids:
         return []
-    txn.flush()
     # Calls this transaction itself made ready are in its cache as they stand (the run lock
-    # keeps every other writer out); only calls a message named are read from the table.
-    cached = {t.pk: t for t in txn.cache.values() if t.pk in set(task_ids)}
-    if len(cached) == len(set(task_ids)):
+    # keeps every other writer out), their readiness not yet written: the claim writes it. Only
+    # calls a message named are read from the table.
+    wanted = set(task_ids)
+    unwritten = {t.pk for t in txn.pending_ready}
+    cached = {t.pk: t for t in txn.cache.values() if t.pk in wanted}
+    queued_now = len(cached) == len(wanted) and wanted <= unwritten
+    if queued_now:
+        txn.pending_ready = [t for t in txn.pending_ready if t.pk not in wanted]
         tasks = sorted(
             (t for t in cached.values() if t.status == TaskStatus.WAITING and t.ready and t.kind == "tool"),
             key=lambda t: t.position,
         )
     else:
+        txn.flush()
         tasks = list(
             Task.objects.filter(pk__in=list(task_ids), run=txn.run, status=TaskStatus.WAITING, ready=True, kind="tool").order_by(
                 "position"
@@ -241,10 +246,14 @@ def take_queued(txn: Txn, task_ids: Sequence[int], claim: str) -> list[Claimed]:
         txn.remember(tasks)
     # A call whose arguments changed since its approval passes the stage again, unclaimed.
     tasks = [t for t in tasks if approval_holds(txn, t) and t.status == TaskStatus.WAITING and t.ready]
+    if queued_now:
+        # What is not claimed here stays queued: its readiness is written at commit as before.
+        taken = {t.pk for t in tasks}
+        txn.pending_ready.extend(t for t in cached.values() if t.pk not in taken and t.status == TaskStatus.WAITING and t.ready)
     if not tasks:
         return []
     # One conditional UPDATE for the chunk (the rows were read under the run lock).
-    updated = claim_queued([t.pk for t in tasks], claim, txn.now, tool_deadline({}, txn.now))
+    updated = claim_queued([t.pk for t in tasks], claim, txn.now, tool_deadline({}, txn.now), queued_now=queued_now)
     if updated != len(tasks):
         raise Conflict("stale_task", "tasks changed under the run lock")
     for task in tasks:

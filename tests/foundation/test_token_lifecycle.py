@@ -79,3 +79,24 @@ def test_it_revokes_a_token_by_id() -> None:
         call_command("token_revoke", str(row.pk), stdout=StringIO())
     with pytest.raises(CommandError, match="no such token"):
         call_command("token_revoke", "99999999", "abc", stdout=StringIO())
+
+
+def test_it_keeps_last_used_to_the_minute_without_a_write_per_request() -> None:
+    """A client making many requests a second paid an UPDATE and a commit of its token on each."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    token = _create()
+    row = ApiToken.objects.get(hint=token[:6])
+    assert row.last_used_at is None
+    assert _works(token)
+    first = ApiToken.objects.get(pk=row.pk).last_used_at
+    assert first is not None
+    with CaptureQueriesContext(connection) as queries:
+        assert _works(token)
+    assert not [q for q in queries.captured_queries if q["sql"].startswith("UPDATE") and "runs_apitoken" in q["sql"]]
+    assert ApiToken.objects.get(pk=row.pk).last_used_at == first
+    with time_machine.travel(timezone.now() + timedelta(minutes=2)):
+        assert _works(token)
+        later = ApiToken.objects.get(pk=row.pk).last_used_at
+    assert later is not None and later > first

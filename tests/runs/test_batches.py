@@ -74,6 +74,8 @@ def test_it_hands_the_next_quick_calls_to_the_reporting_worker(team: Team) -> No
     assert [c.key for c in taken] == ["b"] and taken[0].claim == "w2" and taken[0].attempt == 1
     b = task(run, "b")
     assert (b.status, b.claim, b.ready) == ("running", "w2", False)
+    # Made ready and claimed by one statement: its queue time is written all the same.
+    assert b.queued_at is not None and b.queued_at == b.started_at
     events = list(TraceEvent.objects.filter(run=run, seq__gt=seq_before).order_by("seq").values_list("task_key", "to_status"))
     assert events == [("a", "completed"), ("b", "running")]
     # Without a claim to take them under, the next calls stay queued for any worker.

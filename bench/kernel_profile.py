@@ -19,6 +19,25 @@ import time
 from typing import Any
 
 
+class StatementTimes:
+    """An execute wrapper that times every SQL statement, grouped by its first 110 characters."""
+
+    def __init__(self) -> None:
+        self.by_statement: dict[str, list[float]] = {}
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.by_statement.setdefault(" ".join(sql.split())[:110], []).append((time.perf_counter() - started) * 1000)
+
+    def print_table(self) -> None:
+        print(f"{'statement (first 110 chars)':<110} {'count':>5} {'total ms':>9} {'median ms':>9}")
+        for sql, spent in sorted(self.by_statement.items(), key=lambda kv: -sum(kv[1])):
+            print(f"{sql:<110} {len(spent):>5} {sum(spent):>9.0f} {statistics.median(spent):>9.2f}")
+
+
 def main(argv: list[str]) -> int:
     from bench import harness
 
@@ -156,14 +175,7 @@ def propagate_profile(shape: str, n: int, workspace: Any, user: Any, env: Any) -
     from django.db import connection
 
     profiler = cProfile.Profile()
-    by_statement: dict[str, list[float]] = {}
-
-    def timing(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            by_statement.setdefault(" ".join(sql.split())[:110], []).append((time.perf_counter() - started) * 1000)
+    timing = StatementTimes()
 
     with harness.QueryCounter() as queries, connection.execute_wrapper(timing):
         started = time.perf_counter()
@@ -172,11 +184,7 @@ def propagate_profile(shape: str, n: int, workspace: Any, user: Any, env: Any) -
         profiler.disable()
         ms = (time.perf_counter() - started) * 1000
     print(f"{shape} of {n}: failing transition {ms:.0f} ms, {queries.count} statements")
-    print(
-        "statement (first 110 chars)                                                                      count  total ms  median ms"
-    )
-    for sql, times in sorted(by_statement.items(), key=lambda kv: -sum(kv[1])):
-        print(f"{sql:<110} {len(times):>5} {sum(times):>9.0f} {statistics.median(times):>9.2f}")
+    timing.print_table()
     stream = io.StringIO()
     pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
     print(stream.getvalue())
@@ -195,14 +203,7 @@ def batch_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
     from runs.worker import execution
 
     run, ids = gated_echo_run(n, workspace, user)
-    by_statement: dict[str, list[float]] = {}
-
-    def timing(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            by_statement.setdefault(" ".join(sql.split())[:110], []).append((time.perf_counter() - started) * 1000)
+    timing = StatementTimes()
 
     chunk_ms: list[float] = []
     profiler = cProfile.Profile()
@@ -218,11 +219,7 @@ def batch_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
         f"{done}/{n} calls in {len(chunk_ms)} chunks of 16 in-process: {statistics.median(chunk_ms):.1f} ms per chunk "
         f"(median), {queries.count / len(chunk_ms):.1f} statements per chunk"
     )
-    print(
-        "statement (first 110 chars)                                                                      count  total ms  median ms"
-    )
-    for sql, spent in sorted(by_statement.items(), key=lambda kv: -sum(kv[1])):
-        print(f"{sql:<110} {len(spent):>5} {sum(spent):>9.0f} {statistics.median(spent):>9.2f}")
+    timing.print_table()
     stream = io.StringIO()
     pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(50)
     print(stream.getvalue())
@@ -255,25 +252,14 @@ def append_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
     run_id = created.json()["run"]["id"]
     times: list[float] = []
     counts: list[int] = []
-    statements: list[str] = []
-
-    by_statement: dict[str, list[float]] = {}
-
-    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if len(statements) < 80 and not times:
-            statements.append(sql[:160])
-        started = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            by_statement.setdefault(" ".join(sql.split())[:110], []).append((time.perf_counter() - started) * 1000)
+    timing = StatementTimes()
 
     from django.db import connection
 
     profiler = cProfile.Profile()
     for index in range(63, n, 64):
         body = json.dumps({"tasks": tasks[index : index + 64]})
-        with harness.QueryCounter() as queries, connection.execute_wrapper(capture):
+        with harness.QueryCounter() as queries, connection.execute_wrapper(timing):
             started = time.perf_counter()
             profiler.enable()
             answer = client.post(f"/api/v1/runs/{run_id}/append", body, content_type="application/json")
@@ -284,11 +270,7 @@ def append_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
     print(
         f"{len(times)} appends of 64 over the API in-process: {statistics.median(times):.1f} ms, {statistics.median(counts)} statements (medians)"
     )
-    print(
-        "statement (first 110 chars)                                                                      count  total ms  median ms"
-    )
-    for sql, spent in sorted(by_statement.items(), key=lambda kv: -sum(kv[1])):
-        print(f"{sql:<110} {len(spent):>5} {sum(spent):>9.0f} {statistics.median(spent):>9.2f}")
+    timing.print_table()
     stream = io.StringIO()
     pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(45)
     print(stream.getvalue())

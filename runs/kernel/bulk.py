@@ -131,6 +131,30 @@ def claim_queued(task_ids: Sequence[int], claim: str, now: datetime, deadline: d
         return int(cursor.rowcount)
 
 
+def complete_held(run_id: Any, claim: str, values: Sequence[tuple[int, Any]], now: datetime) -> list[Task]:
+    """Settle calls that answered values as completed, in one statement that also reads them: only
+    the calls of the run `claim` still holds running change; returns their rows as they now stand."""
+    if not values:
+        return []
+    return list(
+        Task.objects.raw(
+            "UPDATE runs_task AS t SET status = %s, finished_at = %s, claim = NULL, "
+            "result = COALESCE(t.result, '{}'::jsonb) || jsonb_build_object('value', u.value) "
+            "FROM unnest(%s::bigint[], %s::jsonb[]) AS u(id, value) "
+            "WHERE t.id = u.id AND t.run_id = %s AND t.status = %s AND t.claim = %s RETURNING t.*",
+            [
+                TaskStatus.COMPLETED,
+                now,
+                [task_id for task_id, _ in values],
+                [Jsonb(value) for _, value in values],
+                run_id,
+                TaskStatus.RUNNING,
+                claim,
+            ],
+        )
+    )
+
+
 def complete_claimed(tasks: Sequence[Task], claim: str, now: datetime) -> int:
     """Settle calls held under `claim` as completed, each with its own result, in one statement."""
     if not tasks:

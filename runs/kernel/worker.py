@@ -13,7 +13,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from runs.kernel.bulk import claim_queued, complete_claimed
+from runs.kernel.bulk import claim_queued, complete_claimed, complete_held
 from runs.kernel.errors import Conflict
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
@@ -286,36 +286,55 @@ def report_batch(outcomes: Sequence[Outcome], *, take: int = 0, then_claim: str 
     if any((o.claimed.run_id, o.claimed.claim) != (run_id, claim) for o in outcomes):
         raise ValueError("a batch reports the calls of one run under one claim")
     with locked(run_id, "worker") as txn:
-        held = {
-            t.pk: t
-            for t in Task.objects.filter(
-                pk__in=[o.claimed.task_id for o in outcomes], run=txn.run, claim=claim, status=TaskStatus.RUNNING
-            )
-        }
-        txn.remember(held.values())
-        completed: list[Task] = []
-        for outcome in outcomes:
-            task = held.get(outcome.claimed.task_id)
-            if task is None:
-                continue
-            if outcome.stopped:
-                txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), finished_at=txn.now, claim=None)
-            elif outcome.error is not None:
-                key, detail = outcome.error
-                fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {"finished_at": txn.now, "claim": None})
-            else:
-                task.status, task.finished_at, task.claim = TaskStatus.COMPLETED, txn.now, None
-                task.result = {**(task.result or {}), "value": outcome.value}
+        if all(o.error is None and not o.stopped for o in outcomes):
+            # Every call answered a value (the usual chunk): one statement settles the calls
+            # this claim still holds and returns their rows; a call it no longer holds is left alone.
+            values = [(o.claimed.task_id, o.value) for o in outcomes]
+            by_id = {t.pk: t for t in complete_held(txn.run.pk, claim, values, txn.now)}
+            completed = [by_id[o.claimed.task_id] for o in outcomes if o.claimed.task_id in by_id]
+            txn.remember(completed)
+            for task in completed:
                 txn.event(task.key, "status", TaskStatus.RUNNING, TaskStatus.COMPLETED)
-                completed.append(task)
-        if completed:
-            # One UPDATE for the chunk's completions: the rows are held by this claim under the run lock.
-            if complete_claimed(completed, claim, txn.now) != len(completed):
-                raise Conflict("stale_task", "tasks changed under the run lock")
-            txn.check_run()
+            if completed:
+                txn.check_run()
+        else:
+            completed = settle_mixed(txn, outcomes, claim)
         release(txn, [t.key for t in completed])
         if then_claim is None or take <= 0:
             return []
         taken = txn.dispatch_quick[:take]
         del txn.dispatch_quick[:take]
         return take_queued(txn, taken, then_claim)
+
+
+def settle_mixed(txn: Txn, outcomes: Sequence[Outcome], claim: str) -> list[Task]:
+    """Settle a batch whose calls ended in different ways (values, typed errors, stops), each
+    under its own policy; returns the completed ones."""
+    held = {
+        t.pk: t
+        for t in Task.objects.filter(
+            pk__in=[o.claimed.task_id for o in outcomes], run=txn.run, claim=claim, status=TaskStatus.RUNNING
+        )
+    }
+    txn.remember(held.values())
+    completed: list[Task] = []
+    for outcome in outcomes:
+        task = held.get(outcome.claimed.task_id)
+        if task is None:
+            continue
+        if outcome.stopped:
+            txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), finished_at=txn.now, claim=None)
+        elif outcome.error is not None:
+            key, detail = outcome.error
+            fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {"finished_at": txn.now, "claim": None})
+        else:
+            task.status, task.finished_at, task.claim = TaskStatus.COMPLETED, txn.now, None
+            task.result = {**(task.result or {}), "value": outcome.value}
+            txn.event(task.key, "status", TaskStatus.RUNNING, TaskStatus.COMPLETED)
+            completed.append(task)
+    if completed:
+        # One UPDATE for the chunk's completions: the rows are held by this claim under the run lock.
+        if complete_claimed(completed, claim, txn.now) != len(completed):
+            raise Conflict("stale_task", "tasks changed under the run lock")
+        txn.check_run()
+    return completed

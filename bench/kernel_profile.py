@@ -19,6 +19,12 @@ import time
 from typing import Any
 
 
+def print_profile(profiler: cProfile.Profile, order: str, rows: int) -> None:
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats(order).print_stats(rows)
+    print(stream.getvalue())
+
+
 class StatementTimes:
     """An execute wrapper that times every SQL statement, grouped by its first 110 characters."""
 
@@ -104,9 +110,7 @@ def main(argv: list[str]) -> int:
         print(f"\n-- the statements of one {kind}:")
         for sql in sqls:
             print("  ", sql)
-    stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(35)
-    print(stream.getvalue())
+    print_profile(profiler, "cumulative", 35)
     import redis
 
     redis.Redis.from_url(env.redis_url).delete(env.queue)
@@ -185,9 +189,7 @@ def propagate_profile(shape: str, n: int, workspace: Any, user: Any, env: Any) -
         ms = (time.perf_counter() - started) * 1000
     print(f"{shape} of {n}: failing transition {ms:.0f} ms, {queries.count} statements")
     timing.print_table()
-    stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
-    print(stream.getvalue())
+    print_profile(profiler, "tottime", 25)
     redis.Redis.from_url(env.redis_url).delete(env.queue)
     return 0
 
@@ -220,9 +222,7 @@ def batch_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
         f"(median), {queries.count / len(chunk_ms):.1f} statements per chunk"
     )
     timing.print_table()
-    stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(50)
-    print(stream.getvalue())
+    print_profile(profiler, "cumulative", 50)
     redis.Redis.from_url(env.redis_url).delete(env.queue)
     return 0
 
@@ -271,12 +271,8 @@ def append_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
         f"{len(times)} appends of 64 over the API in-process: {statistics.median(times):.1f} ms, {statistics.median(counts)} statements (medians)"
     )
     timing.print_table()
-    stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(45)
-    print(stream.getvalue())
-    stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
-    print(stream.getvalue())
+    print_profile(profiler, "cumulative", 45)
+    print_profile(profiler, "tottime", 25)
     redis.Redis.from_url(env.redis_url).delete(env.queue)
     return 0
 

@@ -2,9 +2,10 @@
 array per column (`unnest`), so a build's task rows, a transaction's trace and a chunk's claim and
 settle each cost one round trip, with no per-row SQL to build in Python nor to parse in the server.
 
-Every write here is a compare-and-set like the ORM moves it replaces (the status and claim a row
-must still have are in the WHERE clause) and answers how many rows it changed; the callers check
-that number under the run lock, as `Txn.move_many` does.
+Every update here is a compare-and-set like the ORM moves it replaces (the status and claim a row
+must still have are in the WHERE clause) and answers how many rows it changed (or, for a settle,
+the rows themselves); the callers check that under the run lock, as `Txn.move_many` does.
+Inserts write fresh rows only.
 """
 
 from __future__ import annotations
@@ -153,24 +154,3 @@ def complete_held(run_id: Any, claim: str, values: Sequence[tuple[int, Any]], no
             ],
         )
     )
-
-
-def complete_claimed(tasks: Sequence[Task], claim: str, now: datetime) -> int:
-    """Settle calls held under `claim` as completed, each with its own result, in one statement."""
-    if not tasks:
-        return 0
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE runs_task AS t SET status = %s, result = u.result, finished_at = %s, claim = NULL "
-            "FROM unnest(%s::bigint[], %s::jsonb[]) AS u(id, result) "
-            "WHERE t.id = u.id AND t.status = %s AND t.claim = %s",
-            [
-                TaskStatus.COMPLETED,
-                now,
-                [t.pk for t in tasks],
-                [_json(t.result) for t in tasks],
-                TaskStatus.RUNNING,
-                claim,
-            ],
-        )
-        return int(cursor.rowcount)

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from runs.kernel.bulk import claim_queued, complete_claimed, complete_held
+from runs.kernel.bulk import claim_queued, complete_held
 from runs.kernel.errors import Conflict
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
@@ -318,6 +318,7 @@ def settle_mixed(txn: Txn, outcomes: Sequence[Outcome], claim: str) -> list[Task
     }
     txn.remember(held.values())
     completed: list[Task] = []
+    values: list[tuple[int, Any]] = []
     for outcome in outcomes:
         task = held.get(outcome.claimed.task_id)
         if task is None:
@@ -332,9 +333,10 @@ def settle_mixed(txn: Txn, outcomes: Sequence[Outcome], claim: str) -> list[Task
             task.result = {**(task.result or {}), "value": outcome.value}
             txn.event(task.key, "status", TaskStatus.RUNNING, TaskStatus.COMPLETED)
             completed.append(task)
+            values.append((task.pk, outcome.value))
     if completed:
         # One UPDATE for the chunk's completions: the rows are held by this claim under the run lock.
-        if complete_claimed(completed, claim, txn.now) != len(completed):
+        if len(complete_held(txn.run.pk, claim, values, txn.now)) != len(completed):
             raise Conflict("stale_task", "tasks changed under the run lock")
         txn.check_run()
     return completed

@@ -22,9 +22,9 @@ from bench.harness import Profile, Section, bench_team, goal_at_most, percentile
 APPEND_MAX = 64
 
 
-def run_chain(steps: int, workspace: Any, user: Any) -> dict[str, float]:
+def build_chain(steps: int, workspace: Any, user: Any) -> Any:
+    """Build the chain behind its gate and resolve the gate; answers the run's id."""
     from runs import kernel
-    from runs.models import Run, Task
 
     tasks = [
         {"key": f"c{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}, "after": [f"c{i - 1}" if i > 1 else "gate"]}
@@ -44,15 +44,22 @@ def run_chain(steps: int, workspace: Any, user: Any) -> dict[str, float]:
             body["deliverable"] = f"c{steps}"
         kernel.append(run_id=run.id, user=user, body=body)
     kernel.resolve_await(token=receipt["tokens"]["gate"], user=user, value="go")
+    return run.id
+
+
+def run_chain(steps: int, workspace: Any, user: Any) -> dict[str, float]:
+    from runs.models import Run, Task
+
+    run_id = build_chain(steps, workspace, user)
     wait_until(
-        lambda: Run.objects.filter(pk=run.id, status__in=("completed", "canceled", "needs_attention")).exists(),
+        lambda: Run.objects.filter(pk=run_id, status__in=("completed", "canceled", "needs_attention")).exists(),
         timeout=600,
         interval=0.05,
         what="the chain to finish",
     )
     rows = {
         key: (started, finished)
-        for key, started, finished in Task.objects.filter(run_id=run.id, status="completed").values_list(
+        for key, started, finished in Task.objects.filter(run_id=run_id, status="completed").values_list(
             "key", "started_at", "finished_at"
         )
     }

@@ -68,6 +68,10 @@ def main(argv: list[str]) -> int:
         return append_profile(n, workspace, user, env)
     if mode == "batch":
         return batch_profile(n, workspace, user, env)
+    if mode == "steps":
+        return steps_profile(n, workspace, user, env)
+    if mode == "document":
+        return document_profile(n, workspace, user, env)
     run, ids = gated_echo_run(n, workspace, user)
 
     claim_ms: list[float] = []
@@ -272,6 +276,75 @@ def append_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
     )
     timing.print_table()
     print_profile(profiler, "cumulative", 45)
+    print_profile(profiler, "tottime", 25)
+    redis.Redis.from_url(env.redis_url).delete(env.queue)
+    return 0
+
+
+def steps_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
+    """The chain's step (bench.chain) in-process: a chain of n echo calls played by
+    `execute_batch` as the Celery task calls it (each settle claims the next step), re-entered
+    whenever its continuation ends; time and statements per step, and a cProfile."""
+    import redis
+    from django.db import connection
+
+    from bench import chain, harness
+    from runs.models import Run, Task
+    from runs.worker import execution
+
+    run_id = chain.build_chain(n, workspace, user)
+    timing = StatementTimes()
+    profiler = cProfile.Profile()
+    entries = 0
+    with harness.QueryCounter() as queries, connection.execute_wrapper(timing):
+        started = time.perf_counter()
+        while True:
+            ready = list(
+                Task.objects.filter(run_id=run_id, kind="tool", status="waiting", ready=True).values_list("pk", flat=True)
+            )
+            if not ready:
+                break
+            entries += 1
+            profiler.enable()
+            execution.execute_batch(ready, str(run_id))
+            profiler.disable()
+        ms = (time.perf_counter() - started) * 1000
+    status = Run.objects.get(pk=run_id).status
+    print(
+        f"chain of {n} in-process ({status}, {entries} entries): {ms / n:.2f} ms per step, "
+        f"{queries.count / n:.1f} statements per step"
+    )
+    timing.print_table()
+    print_profile(profiler, "tottime", 30)
+    print_profile(profiler, "cumulative", 40)
+    redis.Redis.from_url(env.redis_url).delete(env.queue)
+    return 0
+
+
+def document_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
+    """The run document of a run of n echo calls over the API (`GET /runs/{id}`, what a verb
+    such as the fan's gate release answers): time per request and a cProfile."""
+    import redis
+    from django.test import Client
+
+    from runs.models import ApiToken
+    from runs.tokens import token_digest
+
+    run, _ = gated_echo_run(n, workspace, user)
+    token = secrets.token_urlsafe(24)
+    ApiToken.objects.create(user=user, digest=token_digest(token), label="profile")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    times: list[float] = []
+    profiler = cProfile.Profile()
+    for _ in range(5):
+        started = time.perf_counter()
+        profiler.enable()
+        answer = client.get(f"/api/v1/runs/{run.pk}")
+        profiler.disable()
+        times.append((time.perf_counter() - started) * 1000)
+        assert answer.status_code == 200, answer.content[:300]
+    print(f"the document of {n} tasks: {statistics.median(times):.0f} ms (median of 5), {len(answer.content):,} bytes")
+    print_profile(profiler, "cumulative", 40)
     print_profile(profiler, "tottime", 25)
     redis.Redis.from_url(env.redis_url).delete(env.queue)
     return 0

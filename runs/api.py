@@ -94,11 +94,12 @@ def append(request: HttpRequest, run_id: str, payload: AppendIn) -> dict[str, An
     """Answers a receipt and the run's summary, not the whole run document: a client building a run
     of thousands of tasks in appends of 64 would otherwise download the run again on every call
     (quadratic in the run's size). `links.run` is the document, `links.wait` what follows."""
-    selectors.run_for(request.user, run_id)
+    before = selectors.run_for(request.user, run_id)
     body = body_of(request)
     known_fields(body, AppendIn)
     run, receipt = kernel.append(run_id=run_id, user=request.user, body=body)
-    run = selectors.run_for(request.user, run.pk)
+    # The run as the append left it; its workspace and agent version are the ones just read.
+    run.workspace, run.agent_version = before.workspace, before.agent_version
     seq = run.last_seq
     return {
         "run": selectors.run_summary(run, can_read_content(request.user, run)),

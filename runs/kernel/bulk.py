@@ -1,6 +1,7 @@
-"""Set-based writes for the kernel's hot paths: one statement for many rows, its parameters one
-array per column (`unnest`), so a build's task rows, a transaction's trace and a chunk's claim and
-settle each cost one round trip, with no per-row SQL to build in Python nor to parse in the server.
+"""Set-based writes for the kernel's hot paths: one statement for many rows, its rows one jsonb
+parameter (`jsonb_to_recordset`) or its ids one array (`= ANY`), so a build's task rows, a
+transaction's trace and a chunk's claim and settle each cost one round trip, with no per-row SQL
+to build in Python nor to parse in the server.
 
 Every update here is a compare-and-set like the ORM moves it replaces (the status and claim a row
 must still have are in the WHERE clause) and answers how many rows it changed (or, for a settle,
@@ -10,7 +11,8 @@ Inserts write fresh rows only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,14 +20,32 @@ from django.db import connection
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runs.models import Task, TaskStatus, TraceEvent
+from runs.models import Task, TaskStatus
 
 
-def _json(value: Any) -> Jsonb | None:
-    return None if value is None else Jsonb(value)
+@dataclass(slots=True)
+class PendingEvent:
+    """A trace event a transaction has appended and not yet written (see `insert_trace`)."""
+
+    seq: int
+    task_key: str | None
+    event: str
+    from_status: str | None
+    to_status: str | None
+    error: dict[str, Any] | None
+    actor: str
+    data: dict[str, Any] | None
 
 
-def insert_trace(events: Sequence[TraceEvent]) -> None:
+def _records(rows: Iterable[dict[str, Any]]) -> Any:
+    """Many rows as ONE jsonb parameter (read back with `jsonb_to_recordset`): one JSON encoding
+    in C, where an array parameter per column quotes and escapes every element in Python (an
+    array of jsonb, a JSON text per element), which cost most of an append's statements. A key
+    left out, like a JSON null, reads as SQL NULL."""
+    return Jsonb([{k: v for k, v in row.items() if v is not None} for row in rows])
+
+
+def insert_trace(run_id: Any, events: Sequence[PendingEvent]) -> None:
     """Insert one transaction's trace events (all of one run) in one statement. `at` is the
     moment of the write, as the model's `auto_now_add` stamps it."""
     if not events:
@@ -33,26 +53,33 @@ def insert_trace(events: Sequence[TraceEvent]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO runs_traceevent (run_id, seq, at, task_key, event, from_status, to_status, error, actor, data) "
-            "SELECT %s::uuid, u.* FROM unnest(%s::bigint[], %s::timestamptz[], %s::varchar[], %s::varchar[], "
-            "%s::varchar[], %s::varchar[], %s::jsonb[], %s::varchar[], %s::jsonb[]) AS u",
+            "SELECT %s::uuid, u.seq, %s, u.task_key, u.event, u.from_status, u.to_status, u.error, u.actor, u.data "
+            "FROM jsonb_to_recordset(%s) AS u(seq bigint, task_key varchar, event varchar, from_status varchar, "
+            "to_status varchar, error jsonb, actor varchar, data jsonb)",
             [
-                events[0].run_id,
-                [e.seq for e in events],
-                [timezone.now()] * len(events),
-                [e.task_key for e in events],
-                [e.event for e in events],
-                [e.from_status for e in events],
-                [e.to_status for e in events],
-                [_json(e.error) for e in events],
-                [e.actor for e in events],
-                [_json(e.data) for e in events],
+                run_id,
+                timezone.now(),
+                _records(
+                    {
+                        "seq": e.seq,
+                        "task_key": e.task_key,
+                        "event": e.event,
+                        "from_status": e.from_status,
+                        "to_status": e.to_status,
+                        "error": e.error,
+                        "actor": e.actor,
+                        "data": e.data,
+                    }
+                    for e in events
+                ),
             ],
         )
 
 
 def insert_tasks(rows: Sequence[Task], now: datetime) -> list[Task]:
     """Insert new task rows (all of one run, fresh: waiting, not ready, never attempted) in one
-    statement; sets each row's id and creation time and returns the rows."""
+    statement, positioned in their order after the run's last task; sets each row's id, position
+    and creation time and returns the rows."""
     if not rows:
         return []
     with connection.cursor() as cursor:
@@ -60,28 +87,35 @@ def insert_tasks(rows: Sequence[Task], now: datetime) -> list[Task]:
             'INSERT INTO runs_task (run_id, key, kind, "after", on_failure, spec, lineage, composed, resolution_token, '
             "position, status, ready, attempt, state, cancel_requested, created_at) "
             "SELECT %s::uuid, u.key, u.kind, ARRAY(SELECT jsonb_array_elements_text(u.after))::varchar[], u.on_failure, "
-            "u.spec, u.lineage, u.composed, u.token, u.position, %s, false, 0, '{}'::jsonb, false, %s "
-            "FROM unnest(%s::varchar[], %s::varchar[], %s::jsonb[], %s::varchar[], %s::jsonb[], %s::varchar[], "
-            "%s::boolean[], %s::varchar[], %s::integer[]) AS u(key, kind, after, on_failure, spec, lineage, composed, token, position) "
-            "RETURNING id, key",
+            "u.spec, u.lineage, u.composed, u.token, "
+            "(SELECT COALESCE(MAX(position), 0) FROM runs_task WHERE run_id = %s::uuid) + u.n, %s, false, 0, '{}'::jsonb, false, %s "
+            "FROM jsonb_to_recordset(%s) AS u(key varchar, kind varchar, after jsonb, on_failure varchar, "
+            "spec jsonb, lineage varchar, composed boolean, token varchar, n integer) "
+            "RETURNING id, key, position",
             [
+                rows[0].run_id,
                 rows[0].run_id,
                 TaskStatus.WAITING,
                 now,
-                [t.key for t in rows],
-                [t.kind for t in rows],
-                [Jsonb(list(t.after)) for t in rows],
-                [t.on_failure for t in rows],
-                [Jsonb(t.spec) for t in rows],
-                [t.lineage for t in rows],
-                [t.composed for t in rows],
-                [t.resolution_token for t in rows],
-                [t.position for t in rows],
+                _records(
+                    {
+                        "key": t.key,
+                        "kind": t.kind,
+                        "after": list(t.after),
+                        "on_failure": t.on_failure,
+                        "spec": t.spec,
+                        "lineage": t.lineage,
+                        "composed": t.composed,
+                        "token": t.resolution_token,
+                        "n": n,
+                    }
+                    for n, t in enumerate(rows, start=1)
+                ),
             ],
         )
-        ids = {key: pk for pk, key in cursor.fetchall()}
+        written = {key: (pk, position) for pk, key, position in cursor.fetchall()}
     for task in rows:
-        task.pk = ids[task.key]
+        task.pk, task.position = written[task.key]
         task.status, task.ready, task.attempt, task.state = TaskStatus.WAITING, False, 0, {}
         task.cancel_requested, task.created_at = False, now
         task._state.adding = False
@@ -141,13 +175,12 @@ def complete_held(run_id: Any, claim: str, values: Sequence[tuple[int, Any]], no
         Task.objects.raw(
             "UPDATE runs_task AS t SET status = %s, finished_at = %s, claim = NULL, "
             "result = COALESCE(t.result, '{}'::jsonb) || jsonb_build_object('value', u.value) "
-            "FROM unnest(%s::bigint[], %s::jsonb[]) AS u(id, value) "
+            "FROM jsonb_to_recordset(%s) AS u(id bigint, value jsonb) "
             "WHERE t.id = u.id AND t.run_id = %s AND t.status = %s AND t.claim = %s RETURNING t.*",
             [
                 TaskStatus.COMPLETED,
                 now,
-                [task_id for task_id, _ in values],
-                [Jsonb(value) for _, value in values],
+                _records({"id": task_id, "value": value} for task_id, value in values),
                 run_id,
                 TaskStatus.RUNNING,
                 claim,

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
 
 from runs.kernel.access import actor_name, require_write
 from runs.kernel.bulk import insert_tasks
@@ -107,10 +106,9 @@ def add_tasks(txn: Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:
     if not specs:
         return {"tokens": {}}
     run = txn.run
-    start = (Task.objects.filter(run=run).aggregate(m=Max("position"))["m"] or 0) + 1
     tokens: dict[str, str] = {}
     rows = []
-    for offset, spec in enumerate(specs):
+    for spec in specs:
         token_digest = None
         if spec.kind == "await" and not spec.composed:
             token = secrets.token_urlsafe(24)
@@ -127,7 +125,6 @@ def add_tasks(txn: Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:
                 composed=spec.composed,
                 lineage=spec.lineage or spec.key,
                 resolution_token=token_digest,
-                position=start + offset,
             )
         )
     created = insert_tasks(rows, txn.now)

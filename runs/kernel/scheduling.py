@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
 from runs.kernel import graph
 from runs.kernel.approvals import deciding_rule, spec_digest
@@ -75,12 +74,14 @@ def skip_cause(txn: Txn, task: Task) -> str:
     return task.key
 
 
-def release(txn: Txn, keys: Sequence[str]) -> None:
+def release(txn: Txn, keys: Sequence[str], *, flush: bool = True) -> None:
     """Re-decide the waiting consumers of settled keys, level by level.
 
     Linear in the edges touched: consumers come from a prefetch whose depth doubles while
     a cascade keeps going (a skip over 8,000 descendants costs a handful of queries, an
-    ordinary completion one), and the moves are written in bulk when the release ends.
+    ordinary completion one), and the moves are written in bulk when the release ends, or,
+    with `flush=False`, when the transaction commits: a caller that claims some of the calls it
+    made ready writes their readiness with the claim (see `take_queued`).
     """
     frontier = list(dict.fromkeys(keys))
     depth = 1
@@ -100,7 +101,8 @@ def release(txn: Txn, keys: Sequence[str]) -> None:
         if not consumers:
             break
         frontier = evaluate(txn, consumers)
-    txn.flush()
+    if flush:
+        txn.flush()
 
 
 # LATERAL with OFFSET 0 (a planning fence) keeps each step an index lookup per row of the
@@ -127,31 +129,25 @@ WITH RECURSIVE walk(task_id, task_key, level) AS (
      ) t
      WHERE w.level < %(depth)s
 )
-SELECT task_id, min(level) FROM walk GROUP BY task_id
+SELECT t.*, w.level AS walk_level
+  FROM (SELECT task_id, min(level) AS level FROM walk GROUP BY task_id) w
+  JOIN runs_task t ON t.id = w.task_id
 """
 
 
 def prefetch_consumers(txn: Txn, keys: Sequence[str], depth: int) -> None:
-    """Load the waiting, unqueued descendants of `keys` down to `depth` levels in one query."""
-    with connection.cursor() as cursor:
-        cursor.execute(PREFETCH_SQL, {"run": str(txn.run.pk), "keys": list(keys), "depth": depth})
-        levels: dict[int, int] = dict(cursor.fetchall())
+    """Load the waiting, unqueued descendants of `keys` down to `depth` levels, with their rows,
+    in one query. A descendant the transaction already holds keeps its cached row: the cache may
+    carry moves not yet written."""
+    found = Task.objects.raw(PREFETCH_SQL, {"run": str(txn.run.pk), "keys": list(keys), "depth": depth})
     txn.expanded.update(keys)
-    if not levels:
-        return
-    by_id = {t.pk: t for t in txn.cache.values() if t.pk in levels}
-    missing = [task_id for task_id in levels if task_id not in by_id]
-    if missing:
-        # One array parameter, not one placeholder per id: a propagation may load thousands.
-        fresh = list(Task.objects.raw("SELECT * FROM runs_task WHERE id = ANY(%s::bigint[])", [missing]))
-        txn.remember(fresh)
-        by_id.update((t.pk, t) for t in fresh)
-    for task_id, level in levels.items():
-        task = by_id.get(task_id)
+    for row in found:
+        task = txn.cache.get(row.key)
         if task is None:
-            continue
+            task = row
+            txn.remember([row])
         know_consumer(txn, task)
-        if level < depth:
+        if row.walk_level < depth:  # type: ignore[attr-defined]  # the query's own column
             txn.expanded.add(task.key)
 
 

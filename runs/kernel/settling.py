@@ -20,8 +20,17 @@ from runs.kernel.txn import Txn, install_run_step
 from runs.models import Finding, Run, RunStatus, Task, TaskStatus, TraceEvent
 
 
-def _busy(run: Run) -> bool:
-    return Task.objects.filter(run=run).filter(Q(status__in=LIVE_STATUSES) | Q(status=TaskStatus.WAITING, ready=True)).exists()
+def _busy(txn: Txn) -> bool:
+    """Whether the run has live or queued work. A task this transaction holds is as its row will
+    be at commit (every move under the lock goes through the transaction), so one of them live or
+    queued answers without asking the table: an append that queued calls, a settle that claimed."""
+    if txn.known_busy or any(
+        t.status in LIVE_STATUSES or (t.status == TaskStatus.WAITING and t.ready) for t in txn.cache.values()
+    ):
+        return True
+    return (
+        Task.objects.filter(run=txn.run).filter(Q(status__in=LIVE_STATUSES) | Q(status=TaskStatus.WAITING, ready=True)).exists()
+    )
 
 
 def _pending_failures(run: Run) -> list[tuple[str, str]]:
@@ -60,7 +69,7 @@ def _settle_run(txn: Txn) -> None:
         return
     if run.status not in WORKING_RUN_STATUSES:
         return
-    if txn.known_busy or _busy(run):
+    if _busy(txn):
         if run.status == RunStatus.NEEDS_ATTENTION:
             release_hold(txn)
         return

@@ -32,10 +32,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from oz0site import realtime
-from runs.kernel.bulk import insert_trace, mark_ready, skip_waiting
+from runs.kernel.bulk import PendingEvent, insert_trace, mark_ready, skip_waiting
 from runs.kernel.errors import Conflict, NotFound
 from runs.kernel.graph import ASKING_STATUSES, FAILED_STATUSES, FINISHED_RUN_STATUSES
-from runs.models import Run, Task, TaskStatus, TraceEvent
+from runs.models import Run, Task, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class Txn:
     run: Run
     actor: str
     now: datetime = field(default_factory=timezone.now)
-    events: list[TraceEvent] = field(default_factory=list)
+    events: list[PendingEvent] = field(default_factory=list)
     dispatch: list[int] = field(default_factory=list)
     # Ready calls of quick tools (see runs.tools.Tool.quick): sent to workers in chunks.
     dispatch_quick: list[int] = field(default_factory=list)
@@ -201,17 +201,8 @@ class Txn:
         self.run_fields.add("last_seq")
         self.changed = True
         self.events.append(
-            TraceEvent(
-                run=self.run,
-                seq=self.run.last_seq,
-                at=self.now,
-                task_key=task_key,
-                event=event,
-                from_status=from_status,
-                to_status=to_status,
-                error=error,
-                actor=self.actor if actor is None else actor,
-                data=data,
+            PendingEvent(
+                self.run.last_seq, task_key, event, from_status, to_status, error, self.actor if actor is None else actor, data
             )
         )
 
@@ -360,7 +351,7 @@ class Txn:
     def write_trace_then_run(self) -> None:
         """Trace events first, the run row second: the repairs trigger on the trace insert reads
         the run row as it stood before this transaction (its held_since; see the module docstring)."""
-        insert_trace(self.events)
+        insert_trace(self.run.pk, self.events)
         if self.run_fields:
             self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
 

@@ -299,11 +299,13 @@ def report_batch(outcomes: Sequence[Outcome], *, take: int = 0, then_claim: str 
                 txn.check_run()
         else:
             completed = settle_mixed(txn, outcomes, claim)
-        release(txn, [t.key for t in completed])
-        if then_claim is None or take <= 0:
+        taking = then_claim is not None and take > 0
+        release(txn, [t.key for t in completed], flush=not taking)
+        if not taking:
             return []
         taken = txn.dispatch_quick[:take]
         del txn.dispatch_quick[:take]
+        assert then_claim is not None
         return take_queued(txn, taken, then_claim)
 
 

@@ -39,8 +39,7 @@ def test_the_order_matters_to_the_repairs_trigger(team: Team, monkeypatch: pytes
     def run_first(self: kernel_txn.Txn) -> None:
         if self.run_fields:
             self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
-        if self.events:
-            kernel_txn.TraceEvent.objects.bulk_create(self.events)
+        kernel_txn.insert_trace(self.run.pk, self.events)
 
     run = held_run(team)
     monkeypatch.setattr(kernel_txn.Txn, "write_trace_then_run", run_first)

@@ -13,15 +13,6 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["runs.worker", "notify"])
 
 
-@signals.celeryd_init.connect
-def lower_cpu_priority(**kwargs: Any) -> None:
-    """The worker's niceness (OZ0_WORKER_NICE), set before the pool forks so every child has it."""
-    from django.conf import settings
-
-    if settings.OZ0_WORKER_NICE > 0:
-        os.nice(settings.OZ0_WORKER_NICE)
-
-
 @signals.task_prerun.connect
 @signals.task_postrun.connect
 def close_obsolete_connections(sender: Any = None, **kwargs: Any) -> None:

@@ -214,9 +214,6 @@ OZ0_UNSERVED_SECONDS = env.float("OZ0_UNSERVED_SECONDS", default=60.0)
 OZ0_QUICK_BATCH = env.int("OZ0_QUICK_BATCH", default=64)
 # ...split into at least this many chunks when there are enough, so every worker gets a share.
 OZ0_QUICK_SPREAD = env.int("OZ0_QUICK_SPREAD", default=2)
-# The Celery workers' CPU niceness (added at start, inherited by the pool): the web process that
-# answers people and pushes live status comes first when the workers keep every core busy.
-OZ0_WORKER_NICE = env.int("OZ0_WORKER_NICE", default=0)
 # Delegation's caps (kind `limit`): how deep a tree of child runs goes, how many children one run starts.
 OZ0_TREE_MAX_DEPTH = env.int("OZ0_TREE_MAX_DEPTH", default=4)
 OZ0_TREE_MAX_CHILDREN = env.int("OZ0_TREE_MAX_CHILDREN", default=16)

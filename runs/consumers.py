@@ -12,7 +12,6 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.core.cache import cache
 
 from oz0site.realtime import run_group, workspace_group
 from runs import membership
@@ -45,8 +44,7 @@ class _MemberConsumer(AsyncJsonWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             return None
-        value = await cache.aget(membership.stamp_key(user.pk))
-        return str(value) if value is not None else None
+        return await membership.current_stamp_async(user.pk)
 
     async def _is_member(self) -> bool:
         user = self.scope.get("user")

@@ -165,7 +165,9 @@ class OnFailure(models.TextChoices):
 
 
 class Task(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
+    # No index of its own: the unique (run, key) serves every lookup by run (each index is paid
+    # again on every write of a task's row).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks", db_index=False)
     key = models.CharField(max_length=200)
     kind = models.CharField(max_length=16, choices=TaskKind.choices)
     after = ArrayField(models.CharField(max_length=200), default=list, blank=True)
@@ -190,7 +192,8 @@ class Task(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     # The SHA-256 of a client await's bearer proof (S8); the proof itself rode out in the receipt only.
-    resolution_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # Unique by a constraint (see Meta), not `unique=True`, which adds a LIKE index no lookup uses.
+    resolution_token = models.CharField(max_length=64, null=True, blank=True)
     # The digest (SHA-256 of tool + args) a model-composed call was approved for, by a person or a
     # rule; the call runs only while its arguments still hash to it (runs.kernel.approvals).
     approved_digest = models.CharField(max_length=64, null=True, blank=True)
@@ -206,7 +209,10 @@ class Task(models.Model):
     child = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "key"], name="task_unique_key")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key"], name="task_unique_key"),
+            models.UniqueConstraint(fields=["resolution_token"], name="task_unique_resolution_token"),
+        ]
         indexes = [
             # Quiescence: does the run have anything live or ready?
             models.Index(
@@ -238,7 +244,7 @@ class Task(models.Model):
 class Edge(models.Model):
     """One `after` edge, indexed by source so a settle finds its consumers in O(degree)."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)  # edge_run_source serves it
     source = models.CharField(max_length=200)
     consumer = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
 
@@ -250,7 +256,9 @@ class Edge(models.Model):
 
 
 class TraceEvent(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trace")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="trace", db_index=False
+    )  # the unique (run, seq) serves it
     seq = models.PositiveBigIntegerField()
     at = models.DateTimeField(auto_now_add=True)
     task_key = models.CharField(max_length=200, null=True, blank=True)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connection, transaction
 from django.test import Client
 
 from oz0site import realtime
@@ -64,6 +66,45 @@ def test_it_stops_pushing_to_someone_removed_from_the_workspace(socket: str) -> 
 
     while_member, after = async_to_sync(scenario)()
     assert while_member["run"] == first
+    assert after["type"] == "websocket.close" and after.get("code") == 4403, after
+
+
+def test_a_removal_counts_from_its_commit_not_from_its_delete() -> None:
+    """Before, the stamp moved at the delete, inside the removal's transaction: a push in between
+    read the membership as committed (still a member), kept the new stamp, and the socket never
+    asked again: the removed person went on receiving every change."""
+    team = Team()
+    first = _create(team)
+    communicator = _communicator(f"/ws/runs/{first}/", _cookie(team, "viewer"))
+    deleted, commit = threading.Event(), threading.Event()
+
+    def remove_in_a_transaction() -> None:
+        with transaction.atomic():
+            _remove(team, "viewer")
+            deleted.set()
+            commit.wait(10)
+        connection.close()
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        connected, _ = await communicator.connect()
+        assert connected
+        remover = threading.Thread(target=remove_in_a_transaction)
+        try:
+            remover.start()
+            await sync_to_async(deleted.wait)(10)
+            realtime.publish([realtime.run_group(first)], _change(first))
+            before_commit = await communicator.receive_json_from(timeout=5)
+            commit.set()
+            await sync_to_async(remover.join)(10)
+            realtime.publish([realtime.run_group(first)], _change(first))
+            after = await communicator.receive_output(timeout=5)
+            return before_commit, after
+        finally:
+            commit.set()
+            await communicator.disconnect()
+
+    before_commit, after = async_to_sync(scenario)()
+    assert before_commit["run"] == first, "uncommitted, the removal is not yet seen by anyone"
     assert after["type"] == "websocket.close" and after.get("code") == 4403, after
 
 

@@ -3,6 +3,9 @@ parameter (`jsonb_to_recordset`) or its ids one array (`= ANY`), so a build's ta
 transaction's trace and a chunk's claim and settle each cost one round trip, with no per-row SQL
 to build in Python nor to parse in the server.
 
+The run row's lock and its trace sequence are here too: every kernel transaction makes those two
+statements, and the ORM's compile of them cost more than the statements themselves.
+
 Every update here is a compare-and-set like the ORM moves it replaces (the status and claim a row
 must still have are in the WHERE clause) and answers how many rows it changed (or, for a settle,
 the rows themselves); the callers check that under the run lock, as `Txn.move_many` does.
@@ -11,16 +14,37 @@ Inserts write fresh rows only.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runs.models import Task, TaskStatus
+from runs.models import Run, Task, TaskStatus
+
+
+@lru_cache(maxsize=1)
+def _lock_run_sql() -> str:
+    # The run's input and output can be large and no transition reads them: left deferred.
+    columns = ", ".join(f'"{f.column}"' for f in Run._meta.concrete_fields if f.name not in ("input", "output"))
+    return f"SELECT {columns} FROM runs_run WHERE id = %s FOR UPDATE"
+
+
+def lock_run(run_id: uuid.UUID) -> Run | None:
+    """The run's row, locked for the transaction (None if there is no such run)."""
+    return next(iter(Run.objects.raw(_lock_run_sql(), [run_id])), None)
+
+
+def write_run_seq(run: Run, now: datetime) -> None:
+    """Write a run row whose only change is its trace sequence (the usual transaction's)."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE runs_run SET last_seq = %s, updated_at = %s WHERE id = %s", [run.last_seq, now, run.pk])
+    run.updated_at = now
 
 
 @dataclass(slots=True)
@@ -164,6 +188,21 @@ def claim_queued(task_ids: Sequence[int], claim: str, now: datetime, deadline: d
             [TaskStatus.RUNNING, claim, now, now, deadline, *([now] if queued_now else []), list(task_ids), TaskStatus.WAITING],
         )
         return int(cursor.rowcount)
+
+
+def claim_named(run_id: Any, task_ids: Sequence[int], claim: str, now: datetime, deadline: datetime) -> list[Task]:
+    """Claim queued calls a message named, in one statement that also reads them: waiting and
+    ready tool calls of the run that no model composed (those pass the approval stage first) →
+    running under `claim`, attempt + 1. Returns the rows as they now stand."""
+    return list(
+        Task.objects.raw(
+            "UPDATE runs_task AS t SET status = %s, ready = false, claim = %s, heartbeat_at = %s, started_at = %s, "
+            "attempt = t.attempt + 1, cancel_requested = false, deadline_at = %s "
+            "WHERE t.id = ANY(%s::bigint[]) AND t.run_id = %s AND t.status = %s AND t.ready AND t.kind = 'tool' "
+            "AND NOT t.composed RETURNING t.*",
+            [TaskStatus.RUNNING, claim, now, now, deadline, list(task_ids), run_id, TaskStatus.WAITING],
+        )
+    )
 
 
 def complete_held(run_id: Any, claim: str, values: Sequence[tuple[int, Any]], now: datetime) -> list[Task]:

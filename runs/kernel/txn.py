@@ -20,6 +20,7 @@ The kernel does not import Celery: the runs app installs the sender in `AppConfi
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,12 +28,11 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from oz0site import realtime
-from runs.kernel.bulk import PendingEvent, insert_trace, mark_ready, skip_waiting
+from runs.kernel.bulk import PendingEvent, insert_trace, lock_run, mark_ready, skip_waiting, write_run_seq
 from runs.kernel.errors import Conflict, NotFound
 from runs.kernel.graph import ASKING_STATUSES, FAILED_STATUSES, FINISHED_RUN_STATUSES
 from runs.models import Run, Task, TaskStatus
@@ -352,7 +352,9 @@ class Txn:
         """Trace events first, the run row second: the repairs trigger on the trace insert reads
         the run row as it stood before this transaction (its held_since; see the module docstring)."""
         insert_trace(self.run.pk, self.events)
-        if self.run_fields:
+        if self.run_fields == {"last_seq"}:
+            write_run_seq(self.run, timezone.now())
+        elif self.run_fields:
             self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
 
     def publish_on_commit(self) -> None:
@@ -372,12 +374,14 @@ class Txn:
 @contextmanager
 def locked(run_id: Any, actor: str = "") -> Iterator[Txn]:
     """A transaction holding the run's row lock; its moves are written and published at the end."""
+    try:
+        key = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except (ValueError, TypeError):
+        raise NotFound("run") from None
     with transaction.atomic():
-        try:
-            # The run's input and output can be large and no transition reads them.
-            run = Run.objects.select_for_update().defer("input", "output").get(pk=run_id)
-        except (Run.DoesNotExist, ValueError, TypeError, ValidationError):
-            raise NotFound("run") from None
+        run = lock_run(key)
+        if run is None:
+            raise NotFound("run")
         txn = Txn(run=run, actor=actor)
         yield txn
         txn.finish()

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from runs.kernel.bulk import claim_queued, complete_held
+from runs.kernel.bulk import claim_named, claim_queued, complete_held
 from runs.kernel.errors import Conflict
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
@@ -223,52 +223,55 @@ def take_queued(txn: Txn, task_ids: Sequence[int], claim: str) -> list[Claimed]:
     """Claim the given quick calls that are still queued, under the transaction's run lock."""
     if txn.run.status not in WORKING_RUN_STATUSES or not task_ids:
         return []
-    # Calls this transaction itself made ready are in its cache as they stand (the run lock
-    # keeps every other writer out), their readiness not yet written: the claim writes it. Only
-    # calls a message named are read from the table.
     wanted = set(task_ids)
     unwritten = {t.pk for t in txn.pending_ready}
     cached = {t.pk: t for t in txn.cache.values() if t.pk in wanted}
-    queued_now = len(cached) == len(wanted) and wanted <= unwritten
-    if queued_now:
+    if len(cached) == len(wanted) and wanted <= unwritten:
+        # Calls this transaction itself made ready are in its cache as they stand (the run lock
+        # keeps every other writer out), their readiness not yet written: the claim writes it.
         txn.pending_ready = [t for t in txn.pending_ready if t.pk not in wanted]
-        tasks = sorted(
-            (t for t in cached.values() if t.status == TaskStatus.WAITING and t.ready and t.kind == "tool"),
-            key=lambda t: t.position,
-        )
-    else:
-        txn.flush()
-        tasks = list(
-            Task.objects.filter(pk__in=list(task_ids), run=txn.run, status=TaskStatus.WAITING, ready=True, kind="tool").order_by(
-                "position"
-            )
-        )
-        txn.remember(tasks)
-    # A call whose arguments changed since its approval passes the stage again, unclaimed.
-    tasks = [t for t in tasks if approval_holds(txn, t) and t.status == TaskStatus.WAITING and t.ready]
-    if queued_now:
+        ready = [t for t in cached.values() if t.status == TaskStatus.WAITING and t.ready and t.kind == "tool"]
+        tasks = claim_rows(txn, [t for t in ready if approval_holds(txn, t)], claim, queued_now=True)
         # What is not claimed here stays queued: its readiness is written at commit as before.
         taken = {t.pk for t in tasks}
         txn.pending_ready.extend(t for t in cached.values() if t.pk not in taken and t.status == TaskStatus.WAITING and t.ready)
+    else:
+        # Calls a message named: claimed and read back in one statement, but for the calls a model
+        # composed, which pass the approval stage first (their arguments may have changed since).
+        txn.flush()
+        tasks = claim_named(txn.run.pk, list(wanted), claim, txn.now, tool_deadline({}, txn.now))
+        rest = wanted - {t.pk for t in tasks}
+        if rest:
+            composed = list(Task.objects.filter(pk__in=rest, run=txn.run, status=TaskStatus.WAITING, ready=True, kind="tool"))
+            txn.remember(composed)
+            tasks += claim_rows(txn, [t for t in composed if approval_holds(txn, t)], claim, queued_now=False)
     if not tasks:
         return []
-    # One conditional UPDATE for the chunk (the rows were read under the run lock).
+    tasks.sort(key=lambda t: t.position)
+    for task in tasks:
+        if task.spec.get("timeout_s"):
+            task.deadline_at = tool_deadline(task.spec, txn.now)
+            Task.objects.filter(pk=task.pk).update(deadline_at=task.deadline_at)
+        txn.event(task.key, "status", TaskStatus.WAITING, TaskStatus.RUNNING)
+    txn.remember(tasks)
+    # A call running under a claim at commit: the run cannot be quiescent.
+    txn.known_busy = True
+    return [claimed_from(task) for task in tasks]
+
+
+def claim_rows(txn: Txn, tasks: list[Task], claim: str, *, queued_now: bool) -> list[Task]:
+    """Claim queued calls whose rows the transaction holds (read under the run lock): one
+    conditional UPDATE, the rows brought in line with it."""
+    tasks = [t for t in tasks if t.status == TaskStatus.WAITING and t.ready]
+    if not tasks:
+        return []
     updated = claim_queued([t.pk for t in tasks], claim, txn.now, tool_deadline({}, txn.now), queued_now=queued_now)
     if updated != len(tasks):
         raise Conflict("stale_task", "tasks changed under the run lock")
     for task in tasks:
-        if task.spec.get("timeout_s"):
-            Task.objects.filter(pk=task.pk).update(deadline_at=tool_deadline(task.spec, txn.now))
-    claimed = []
-    for task in tasks:
         task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
         task.heartbeat_at = task.started_at = txn.now
-        txn.event(task.key, "status", TaskStatus.WAITING, TaskStatus.RUNNING)
-        claimed.append(claimed_from(task))
-    txn.remember(tasks)
-    # A call running under a claim at commit: the run cannot be quiescent.
-    txn.known_busy = True
-    return claimed
+    return tasks
 
 
 def report_batch(outcomes: Sequence[Outcome], *, take: int = 0, then_claim: str | None = None) -> list[Claimed]:

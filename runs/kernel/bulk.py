@@ -3,8 +3,8 @@ parameter (`jsonb_to_recordset`) or its ids one array (`= ANY`), so a build's ta
 transaction's trace and a chunk's claim and settle each cost one round trip, with no per-row SQL
 to build in Python nor to parse in the server.
 
-The run row's lock and its trace sequence are here too: every kernel transaction makes those two
-statements, and the ORM's compile of them cost more than the statements themselves.
+The run row's lock is here too, and the run's new trace sequence rides in the trace's insert: every
+kernel transaction makes those writes, and the ORM's compile of them cost more than the statements.
 
 Every update here is a compare-and-set like the ORM moves it replaces (the status and claim a row
 must still have are in the WHERE clause) and answers how many rows it changed (or, for a settle,
@@ -40,13 +40,6 @@ def lock_run(run_id: uuid.UUID) -> Run | None:
     return next(iter(Run.objects.raw(_lock_run_sql(), [run_id])), None)
 
 
-def write_run_seq(run: Run, now: datetime) -> None:
-    """Write a run row whose only change is its trace sequence (the usual transaction's)."""
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE runs_run SET last_seq = %s, updated_at = %s WHERE id = %s", [run.last_seq, now, run.pk])
-    run.updated_at = now
-
-
 @dataclass(slots=True)
 class PendingEvent:
     """A trace event a transaction has appended and not yet written (see `insert_trace`)."""
@@ -69,18 +62,27 @@ def _records(rows: Iterable[dict[str, Any]]) -> Any:
     return Jsonb([{k: v for k, v in row.items() if v is not None} for row in rows])
 
 
-def insert_trace(run_id: Any, events: Sequence[PendingEvent]) -> None:
+def insert_trace(run_id: Any, events: Sequence[PendingEvent], *, run_seq: tuple[int, datetime] | None = None) -> None:
     """Insert one transaction's trace events (all of one run) in one statement. `at` is the
-    moment of the write, as the model's `auto_now_add` stamps it."""
+    moment of the write, as the model's `auto_now_add` stamps it.
+
+    With `run_seq` (the run's new sequence and update time), the same statement writes them to
+    the run row: for a transaction that changed nothing else of the run. The insights trigger on
+    the trace insert reads the run's owner and `held_since`, which such an update leaves alone."""
     if not events:
         return
+    prefix, prefix_params = "", []
+    if run_seq is not None:
+        prefix = "WITH run AS (UPDATE runs_run SET last_seq = %s, updated_at = %s WHERE id = %s) "
+        prefix_params = [run_seq[0], run_seq[1], run_id]
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO runs_traceevent (run_id, seq, at, task_key, event, from_status, to_status, error, actor, data) "
+            prefix + "INSERT INTO runs_traceevent (run_id, seq, at, task_key, event, from_status, to_status, error, actor, data) "
             "SELECT %s::uuid, u.seq, %s, u.task_key, u.event, u.from_status, u.to_status, u.error, u.actor, u.data "
             "FROM jsonb_to_recordset(%s) AS u(seq bigint, task_key varchar, event varchar, from_status varchar, "
             "to_status varchar, error jsonb, actor varchar, data jsonb)",
             [
+                *prefix_params,
                 run_id,
                 timezone.now(),
                 _records(

@@ -32,7 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from oz0site import realtime
-from runs.kernel.bulk import PendingEvent, insert_trace, lock_run, mark_ready, skip_waiting, write_run_seq
+from runs.kernel.bulk import PendingEvent, insert_trace, lock_run, mark_ready, skip_waiting
 from runs.kernel.errors import Conflict, NotFound
 from runs.kernel.graph import ASKING_STATUSES, FAILED_STATUSES, FINISHED_RUN_STATUSES
 from runs.models import Run, Task, TaskStatus
@@ -351,10 +351,13 @@ class Txn:
     def write_trace_then_run(self) -> None:
         """Trace events first, the run row second: the repairs trigger on the trace insert reads
         the run row as it stood before this transaction (its held_since; see the module docstring)."""
+        if self.run_fields == {"last_seq"} and self.events:
+            # The usual transaction: one statement writes its trace and the run's new sequence.
+            self.run.updated_at = timezone.now()
+            insert_trace(self.run.pk, self.events, run_seq=(self.run.last_seq, self.run.updated_at))
+            return
         insert_trace(self.run.pk, self.events)
-        if self.run_fields == {"last_seq"}:
-            write_run_seq(self.run, timezone.now())
-        elif self.run_fields:
+        if self.run_fields:
             self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
 
     def publish_on_commit(self) -> None:

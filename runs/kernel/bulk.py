@@ -103,25 +103,27 @@ def insert_trace(run_id: Any, events: Sequence[PendingEvent], *, run_seq: tuple[
 
 
 def insert_tasks(rows: Sequence[Task], now: datetime) -> list[Task]:
-    """Insert new task rows (all of one run, fresh: waiting, not ready, never attempted) in one
-    statement, positioned in their order after the run's last task; sets each row's id, position
-    and creation time and returns the rows."""
+    """Insert new task rows (all of one run, fresh: waiting, never attempted; queued when the row
+    says `ready`, as of `now`) in one statement, positioned in their order after the run's last
+    task; sets each row's id, position and creation time and returns the rows."""
     if not rows:
         return []
     with connection.cursor() as cursor:
         cursor.execute(
             'INSERT INTO runs_task (run_id, key, kind, "after", on_failure, spec, lineage, composed, resolution_token, '
-            "position, status, ready, attempt, state, cancel_requested, created_at) "
+            "position, status, ready, attempt, state, cancel_requested, created_at, queued_at) "
             "SELECT %s::uuid, u.key, u.kind, ARRAY(SELECT jsonb_array_elements_text(u.after))::varchar[], u.on_failure, "
             "u.spec, u.lineage, u.composed, u.token, "
-            "(SELECT COALESCE(MAX(position), 0) FROM runs_task WHERE run_id = %s::uuid) + u.n, %s, false, 0, '{}'::jsonb, false, %s "
+            "(SELECT COALESCE(MAX(position), 0) FROM runs_task WHERE run_id = %s::uuid) + u.n, %s, u.ready, 0, '{}'::jsonb, "
+            "false, %s, CASE WHEN u.ready THEN %s::timestamptz END "
             "FROM jsonb_to_recordset(%s) AS u(key varchar, kind varchar, after jsonb, on_failure varchar, "
-            "spec jsonb, lineage varchar, composed boolean, token varchar, n integer) "
+            "spec jsonb, lineage varchar, composed boolean, token varchar, n integer, ready boolean) "
             "RETURNING id, key, position",
             [
                 rows[0].run_id,
                 rows[0].run_id,
                 TaskStatus.WAITING,
+                now,
                 now,
                 _records(
                     {
@@ -134,6 +136,7 @@ def insert_tasks(rows: Sequence[Task], now: datetime) -> list[Task]:
                         "composed": t.composed,
                         "token": t.resolution_token,
                         "n": n,
+                        "ready": bool(t.ready),
                     }
                     for n, t in enumerate(rows, start=1)
                 ),
@@ -142,7 +145,8 @@ def insert_tasks(rows: Sequence[Task], now: datetime) -> list[Task]:
         written = {key: (pk, position) for pk, key, position in cursor.fetchall()}
     for task in rows:
         task.pk, task.position = written[task.key]
-        task.status, task.ready, task.attempt, task.state = TaskStatus.WAITING, False, 0, {}
+        task.status, task.ready, task.attempt, task.state = TaskStatus.WAITING, bool(task.ready), 0, {}
+        task.queued_at = now if task.ready else None
         task.cancel_requested, task.created_at = False, now
         task._state.adding = False
         task._state.db = connection.alias

@@ -15,13 +15,14 @@ from typing import Any
 
 from django.db import transaction
 
+from runs.kernel import graph
 from runs.kernel.access import actor_name, require_write
 from runs.kernel.bulk import insert_tasks
 from runs.kernel.compile import TaskSpec, check_storable, compile_create, compile_tasks
 from runs.kernel.errors import Conflict, InvalidRequest
 from runs.kernel.failure import renewed_attempts
 from runs.kernel.graph import FAILED_STATUSES, FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
-from runs.kernel.scheduling import evaluate, know_consumer, release
+from runs.kernel.scheduling import evaluate, know_consumer, make_ready, release
 from runs.kernel.settling import release_hold
 from runs.kernel.txn import Txn, locked
 from runs.models import Edge, Run, RunStatus, Task, TaskStatus, Workspace
@@ -125,6 +126,8 @@ def add_tasks(txn: Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:
                 composed=spec.composed,
                 lineage=spec.lineage or spec.key,
                 resolution_token=token_digest,
+                # Nothing to wait for: inserted queued (no second write to queue it).
+                ready=not spec.after and graph.decide(spec.kind, spec.spec.get("mode"), spec.spec.get("quorum"), []) == "ready",
             )
         )
     created = insert_tasks(rows, txn.now)
@@ -139,6 +142,9 @@ def add_tasks(txn: Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:
         if task.composed:
             data["composed"] = True
         txn.event(task.key, "task_added", None, TaskStatus.WAITING, data=data)
+    for task in created:
+        if task.ready:
+            make_ready(txn, task, written=True)
     settled = evaluate(txn, created)
     release(txn, settled)
     return {"tokens": tokens}

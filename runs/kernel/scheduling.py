@@ -156,8 +156,10 @@ def know_consumer(txn: Txn, task: Task) -> None:
         txn.consumers.setdefault(source, {})[task.key] = None
 
 
-def make_ready(txn: Txn, task: Task) -> None:
-    txn.pending_ready.append(task)
+def make_ready(txn: Txn, task: Task, *, written: bool = False) -> None:
+    """Queue a waiting task and start it. `written`: its row was inserted queued already."""
+    if not written:
+        txn.pending_ready.append(task)
     task.ready = True
     task.queued_at = txn.now
     txn.check_run()

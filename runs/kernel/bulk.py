@@ -7,8 +7,8 @@ The run row's lock is here too, and the run's new trace sequence rides in the tr
 kernel transaction makes those writes, and the ORM's compile of them cost more than the statements.
 
 Every update here is a compare-and-set like the ORM moves it replaces (the status and claim a row
-must still have are in the WHERE clause) and answers how many rows it changed (or, for a settle,
-the rows themselves); the callers check that under the run lock, as `Txn.move_many` does.
+must still have are in the WHERE clause) and answers how many rows it changed (or, for a settle
+and a named claim, the rows themselves); the callers check that under the run lock, as `Txn.move_many` does.
 Inserts write fresh rows only.
 """
 

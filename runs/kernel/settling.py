@@ -24,9 +24,7 @@ def _busy(txn: Txn) -> bool:
     """Whether the run has live or queued work. A task this transaction holds is as its row will
     be at commit (every move under the lock goes through the transaction), so one of them live or
     queued answers without asking the table: an append that queued calls, a settle that claimed."""
-    if txn.known_busy or any(
-        t.status in LIVE_STATUSES or (t.status == TaskStatus.WAITING and t.ready) for t in txn.cache.values()
-    ):
+    if any(t.status in LIVE_STATUSES or (t.status == TaskStatus.WAITING and t.ready) for t in txn.cache.values()):
         return True
     return (
         Task.objects.filter(run=txn.run).filter(Q(status__in=LIVE_STATUSES) | Q(status=TaskStatus.WAITING, ready=True)).exists()

@@ -153,9 +153,6 @@ class Txn:
     # Waiting consumers known per source key, and the keys whose consumers are all known.
     consumers: dict[str, dict[str, None]] = field(default_factory=dict)
     expanded: set[str] = field(default_factory=set)
-    # Set when this transaction leaves a task running for sure (a claim it took): the run's
-    # quiescence check need not ask the table.
-    known_busy: bool = False
     # Messages to other runs, delivered after commit (see CrossRun).
     cross_run: list[tuple[CrossRun, str]] = field(default_factory=list)
 

@@ -253,9 +253,8 @@ def take_queued(txn: Txn, task_ids: Sequence[int], claim: str) -> list[Claimed]:
             task.deadline_at = tool_deadline(task.spec, txn.now)
             Task.objects.filter(pk=task.pk).update(deadline_at=task.deadline_at)
         txn.event(task.key, "status", TaskStatus.WAITING, TaskStatus.RUNNING)
+    # Held by the transaction as running: the run's quiescence check needs no query (settling._busy).
     txn.remember(tasks)
-    # A call running under a claim at commit: the run cannot be quiescent.
-    txn.known_busy = True
     return [claimed_from(task) for task in tasks]
 
 
@@ -265,12 +264,16 @@ def claim_rows(txn: Txn, tasks: list[Task], claim: str, *, queued_now: bool) -> 
     tasks = [t for t in tasks if t.status == TaskStatus.WAITING and t.ready]
     if not tasks:
         return []
-    updated = claim_queued([t.pk for t in tasks], claim, txn.now, tool_deadline({}, txn.now), queued_now=queued_now)
+    deadline = tool_deadline({}, txn.now)
+    updated = claim_queued([t.pk for t in tasks], claim, txn.now, deadline, queued_now=queued_now)
     if updated != len(tasks):
         raise Conflict("stale_task", "tasks changed under the run lock")
     for task in tasks:
         task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
         task.heartbeat_at = task.started_at = txn.now
+        task.deadline_at, task.cancel_requested = deadline, False
+        if queued_now:
+            task.queued_at = txn.now
     return tasks
 
 

@@ -231,21 +231,28 @@ def batch_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
     return 0
 
 
+def bearer_client(user: Any) -> Any:
+    """Django's test client as an API client of `user`, with a bearer token of its own."""
+    from django.test import Client
+
+    from runs.models import ApiToken
+    from runs.tokens import token_digest
+
+    token = secrets.token_urlsafe(24)
+    ApiToken.objects.create(user=user, digest=token_digest(token), label="profile")
+    return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
 def append_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
     """A client's build of n echo calls through the JSON API (Django's whole stack, bearer token,
     64 tasks per append), no worker consuming: time and statements per append, and a cProfile."""
     import json
 
     import redis
-    from django.test import Client
 
     from bench import harness
-    from runs.models import ApiToken
-    from runs.tokens import token_digest
 
-    token = secrets.token_urlsafe(24)
-    ApiToken.objects.create(user=user, digest=token_digest(token), label="profile")
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    client = bearer_client(user)
     tasks = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}} for i in range(1, n + 1)]
     created = client.post(
         f"/api/v1/workspaces/{workspace.slug}/runs",
@@ -325,15 +332,9 @@ def document_profile(n: int, workspace: Any, user: Any, env: Any) -> int:
     """The run document of a run of n echo calls over the API (`GET /runs/{id}`, what a verb
     such as the fan's gate release answers): time per request and a cProfile."""
     import redis
-    from django.test import Client
-
-    from runs.models import ApiToken
-    from runs.tokens import token_digest
 
     run, _ = gated_echo_run(n, workspace, user)
-    token = secrets.token_urlsafe(24)
-    ApiToken.objects.create(user=user, digest=token_digest(token), label="profile")
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    client = bearer_client(user)
     times: list[float] = []
     profiler = cProfile.Profile()
     for _ in range(5):

@@ -45,11 +45,6 @@ def _async_client() -> aioredis.Redis:
     return client
 
 
-def current_stamp(user_id: Any) -> str | None:
-    value = _client().get(stamp_key(user_id))
-    return value.decode() if isinstance(value, bytes) else None
-
-
 async def current_stamp_async(user_id: Any) -> str | None:
     """The stamp, read on the running event loop without a thread."""
     value = await _async_client().get(stamp_key(user_id))

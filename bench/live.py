@@ -17,9 +17,9 @@ waves start once the fan's first append has committed; the section says how many
 ended while the fan was still running.
 
 The clients open their sockets 10 handshakes at a time (and reopen a dropped one); after the
-measurement, `connect_burst` opens all 100 at the same instant and counts the refusals: one
-daphne process's channel layer pool (redis-py's default of 100 connections) refuses part of
-such a burst (MaxConnectionsError in `group_add`).
+measurement, `connect_burst` opens all 100 at the same instant and counts the refusals (a
+socket joins its run's group before it is accepted, and the channel layer's `group_add` returns
+only once Redis holds the subscription: oz0site/channel_layer.py).
 """
 
 from __future__ import annotations
@@ -355,7 +355,7 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     if burst["refused"]:
         section.notes.append(
             f"{burst['refused']} of {burst['attempted']} websocket connects opened at the same instant were refused "
-            "(daphne: redis MaxConnectionsError in channels_redis group_add; the layer's pool holds 100 connections)"
+            "(daphne's log, beside the bench's other logs, says why)"
         )
     section.notes.append(
         "the split at the publisher is approximate: its stamp is taken by a done-callback on the publisher's event loop, "

@@ -99,11 +99,10 @@ REDIS_URL = checked_redis_url(env.str("REDIS_URL", default=""))
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        # redis-py's async pool stops at 100 connections by default; a console with many open
-        # pages joins groups concurrently, so allow more (OZ0_CHANNEL_CONNECTIONS).
+        # Redis pub/sub (see oz0site/channel_layer.py for why, and for its confirmed group_add).
+        "BACKEND": "oz0site.channel_layer.ConfirmedPubSubLayer",
         "CONFIG": {
-            "hosts": [{"address": REDIS_URL, "max_connections": env.int("OZ0_CHANNEL_CONNECTIONS", default=1000)}],
+            "hosts": [{"address": REDIS_URL}],
             "prefix": env.str("OZ0_CHANNEL_PREFIX", default="oz0"),
         },
     }

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -113,13 +112,6 @@ async def slot(user: Any) -> AsyncIterator[None]:
         await sync_to_async(_give_slot)(user.pk)
 
 
-def _receiver_channel() -> str:
-    """A plain channel name, not one of the layer's process-local `!` names: receiving on those
-    enters a section the layer shares across the whole process and allows to one event loop at a
-    time, so a receiver here would lock out the websocket consumers (and they it)."""
-    return f"oz0-waits.{uuid.uuid4().hex}"
-
-
 class RunChanges:
     """One receiver per event loop (per web process): a channel of the layer, subscribed to the
     groups of the runs someone waits on, that wakes those waits. Waits never receive from the
@@ -143,7 +135,7 @@ class RunChanges:
         woken = asyncio.Event()
         async with self.lock:
             if self.channel is None:
-                self.channel = _receiver_channel()
+                self.channel = await self.layer.new_channel("oz0-waits.")
             if self.receiver is None or self.receiver.done():
                 self.receiver = asyncio.ensure_future(self._receive())
             first = key not in self.waiters

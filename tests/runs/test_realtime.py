@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from channels_redis import pubsub
+from django.conf import settings
 
-from oz0site import realtime
+from oz0site import channel_layer, realtime
+from oz0site.channel_layer import ConfirmedPubSubLayer
 from runs import kernel
 from tests.conftest import Team
 from tests.runs.driver import drive, echo, fail
@@ -22,25 +31,52 @@ async def _next(layer: Any, channel: str, timeout: float = 5.0) -> dict[str, Any
     return await asyncio.wait_for(layer.receive(channel), timeout)
 
 
-def test_it_publishes_committed_changes_to_the_run_and_workspace_groups() -> None:
+Await = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+async def _cancel_the_rest() -> None:
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.fixture
+def on_loop() -> Iterator[Await]:
+    """One event loop for the whole test, as a web process has: the layer keeps its
+    subscriptions per event loop, so each `async_to_sync` call on a loop of its own would
+    subscribe anew and miss what the previous one was sent."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield lambda coroutine: asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout=30)
+    finally:
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+def test_it_publishes_committed_changes_to_the_run_and_workspace_groups(on_loop: Await) -> None:
     team = Team()
     layer = get_channel_layer()
-    run_channel = async_to_sync(layer.new_channel)()
-    ws_channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(realtime.workspace_group(team.workspace.pk), ws_channel)
+    run_channel = on_loop(layer.new_channel())
+    ws_channel = on_loop(layer.new_channel())
+    on_loop(layer.group_add(realtime.workspace_group(team.workspace.pk), ws_channel))
     run, _ = kernel.create_run(
         workspace=team.workspace,
         user=team.users["operator"],
         body={"tasks": [fail("a", on_failure="halt"), echo("b", after=["a"])], "deliverable": "b"},
     )
-    first = async_to_sync(_next)(layer, ws_channel)
+    first = on_loop(_next(layer, ws_channel))
     assert first["type"] == "run.changed" and first["run"] == str(run.pk) and first["seq"] >= 1
-    async_to_sync(layer.group_add)(realtime.run_group(run.pk), run_channel)
+    on_loop(layer.group_add(realtime.run_group(run.pk), run_channel))
     drive(run)
     messages = []
     while True:
         try:
-            messages.append(async_to_sync(_next)(layer, run_channel, 2.0))
+            messages.append(on_loop(_next(layer, run_channel, 2.0)))
         except TimeoutError:
             break
     assert messages, "no message reached the run's group"
@@ -51,15 +87,127 @@ def test_it_publishes_committed_changes_to_the_run_and_workspace_groups() -> Non
     assert not any("a failed" in str(m) for m in messages)
 
 
-def test_it_publishes_nothing_for_a_change_that_rolled_back() -> None:
+def test_it_publishes_nothing_for_a_change_that_rolled_back(on_loop: Await) -> None:
     team = Team()
     layer = get_channel_layer()
-    ws_channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(realtime.workspace_group(team.workspace.pk), ws_channel)
+    ws_channel = on_loop(layer.new_channel())
+    on_loop(layer.group_add(realtime.workspace_group(team.workspace.pk), ws_channel))
     with pytest.raises(kernel.InvalidRequest):
         kernel.create_run(workspace=team.workspace, user=team.users["operator"], body={"tasks": [echo("a", after=["missing"])]})
     with pytest.raises(TimeoutError):
-        async_to_sync(_next)(layer, ws_channel, 1.0)
+        on_loop(_next(layer, ws_channel, 1.0))
+
+
+def test_a_change_published_right_after_group_add_reaches_the_new_member(on_loop: Await) -> None:
+    """A wait subscribes before the read that decides to sleep, a page's socket after the page was
+    read: both count on every change published after `group_add` returned reaching them, from
+    any process. So `group_add` returns only once Redis holds the subscription."""
+    layer = get_channel_layer()
+    observer = redis.Redis.from_url(settings.REDIS_URL)
+    prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+    channel = on_loop(layer.new_channel())
+    try:
+        for attempt in range(100):
+            run = f"joined-{uuid.uuid4().hex}"
+            on_loop(layer.group_add(realtime.run_group(run), channel))
+            subscribers = observer.pubsub_numsub(f"{prefix}__group__{realtime.run_group(run)}")[0][1]
+            assert subscribers == 1, f"attempt {attempt}: group_add returned before Redis held it"
+            observer.publish(f"{prefix}__group__{realtime.run_group(run)}", layer.serialize(_change(run, 1, "a")))
+            assert on_loop(_next(layer, channel, 5.0))["run"] == run
+            on_loop(layer.group_discard(realtime.run_group(run), channel))
+    finally:
+        observer.close()
+
+
+class SlowRedis:
+    """A TCP proxy to Redis that, once `hold` is set, holds the bytes of its first client (a
+    layer's subscriber connection) that long, in order: a Redis that has not yet read a
+    SUBSCRIBE already sent."""
+
+    def __init__(self) -> None:
+        self.hold = 0.0
+        self.connections = 0
+
+    async def start(self) -> str:
+        upstream = urlsplit(settings.REDIS_URL)
+        self.upstream = (upstream.hostname or "127.0.0.1", upstream.port or 6379)
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}{upstream.path}"
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        subscriber = self.connections == 1
+        redis_reader, redis_writer = await asyncio.open_connection(*self.upstream)
+        await asyncio.gather(self._pipe(client_reader, redis_writer, subscriber), self._pipe(redis_reader, client_writer, False))
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, held: bool) -> None:
+        try:
+            while data := await reader.read(65536):
+                if held and self.hold:
+                    await asyncio.sleep(self.hold)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+def _layer_behind(on_loop: Await, layer_class: Any) -> tuple[Any, str, SlowRedis]:
+    proxy = SlowRedis()
+    prefix = f"confirm{uuid.uuid4().hex[:8]}"
+    return layer_class(hosts=[{"address": on_loop(proxy.start())}], prefix=prefix), prefix, proxy
+
+
+@pytest.mark.parametrize("confirmed", [True, False], ids=["oz0-layer", "unconfirmed-pubsub"])
+def test_group_add_returns_only_once_redis_holds_the_subscription(on_loop: Await, confirmed: bool) -> None:
+    """Behind a Redis slow to read its clients, oz0's layer still returns from `group_add` only
+    once the subscription is in place; channels_redis's own pub/sub layer returns as soon as the
+    SUBSCRIBE is sent, and a change published then is lost to the new member."""
+    layer_class = ConfirmedPubSubLayer if confirmed else pubsub.RedisPubSubChannelLayer
+    layer, prefix, proxy = _layer_behind(on_loop, layer_class)
+    observer = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        for _ in range(3):
+            proxy.hold = 0
+            channel = on_loop(layer.new_channel())  # a receive that timed out takes its channel along
+            proxy.hold = 0.05
+            run = uuid.uuid4().hex
+            group_channel = f"{prefix}__group__{realtime.run_group(run)}"
+            on_loop(layer.group_add(realtime.run_group(run), channel))
+            assert observer.pubsub_numsub(group_channel)[0][1] == (1 if confirmed else 0)
+            observer.publish(group_channel, layer.serialize(_change(run, 1, "a")))
+            if confirmed:
+                assert on_loop(_next(layer, channel, 5.0))["run"] == run
+            else:
+                with pytest.raises(TimeoutError):
+                    on_loop(_next(layer, channel, 0.3))
+    finally:
+        observer.close()
+        on_loop(layer.flush())
+        proxy.server.close()
+
+
+def test_group_add_gives_up_on_a_confirmation_that_does_not_come(
+    on_loop: Await, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stuck subscriber connection costs a page or a wait a few seconds (then a warning, and the
+    re-reads they fall back on), never a hang."""
+    monkeypatch.setattr(channel_layer, "CONFIRM_GIVE_UP_SECONDS", 0.2)
+    layer, prefix, proxy = _layer_behind(on_loop, ConfirmedPubSubLayer)
+    observer = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        channel = on_loop(layer.new_channel())
+        proxy.hold = 3.0
+        group_channel = f"{prefix}__group__{realtime.run_group('stuck')}"
+        with caplog.at_level(logging.WARNING, logger="oz0site.channel_layer"):
+            on_loop(asyncio.wait_for(layer.group_add(realtime.run_group("stuck"), channel), 2.0))
+        assert "did not confirm a subscription" in caplog.text
+        assert observer.pubsub_numsub(group_channel)[0][1] == 0  # still held on its way in
+    finally:
+        observer.close()
+        on_loop(layer.flush())
+        proxy.server.close()
 
 
 @pytest.mark.parametrize("role,accepted", [("viewer", True), ("operator", True), ("outsider", False)])
@@ -89,11 +237,11 @@ def test_it_lets_only_members_subscribe(role: str, accepted: bool) -> None:
     assert async_to_sync(connect)() is accepted
 
 
-def _drain(layer: Any, channel: str, quiet: float = 1.0) -> list[dict[str, Any]]:
+def _drain(on_loop: Await, layer: Any, channel: str, quiet: float = 1.0) -> list[dict[str, Any]]:
     messages = []
     while True:
         try:
-            messages.append(async_to_sync(_next)(layer, channel, quiet))
+            messages.append(on_loop(_next(layer, channel, quiet)))
         except TimeoutError:
             return messages
 
@@ -110,32 +258,32 @@ def _change(run: str, seq: int, task: str) -> dict[str, Any]:
     }
 
 
-def test_it_folds_a_burst_of_one_runs_changes_into_its_last_push(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_folds_a_burst_of_one_runs_changes_into_its_last_push(monkeypatch: pytest.MonkeyPatch, on_loop: Await) -> None:
     """A run changing hundreds of times a second (a fan of quick calls) costs at most one push per
     window; the push that ends the window carries the latest seq and every task the burst named."""
     monkeypatch.setattr(realtime, "COALESCE_SECONDS", 0.3)
     layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
+    channel = on_loop(layer.new_channel())
     group = realtime.run_group("burst")
-    async_to_sync(layer.group_add)(group, channel)
+    on_loop(layer.group_add(group, channel))
     for seq in range(1, 41):
         realtime.publish([group], _change("burst", seq, f"t{seq % 5}"))
-    messages = _drain(layer, channel)
+    messages = _drain(on_loop, layer, channel)
     # The first change at once, the other 39 folded into the push at the end of its window.
     assert [m["seq"] for m in messages] == [1, 40]
     assert sorted(messages[-1]["tasks"]) == ["t0", "t1", "t2", "t3", "t4"]
 
 
-def test_a_busy_run_does_not_delay_another_runs_push(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_busy_run_does_not_delay_another_runs_push(monkeypatch: pytest.MonkeyPatch, on_loop: Await) -> None:
     monkeypatch.setattr(realtime, "COALESCE_SECONDS", 0.5)
     layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
+    channel = on_loop(layer.new_channel())
     for run in ("busy", "quiet"):
-        async_to_sync(layer.group_add)(realtime.run_group(run), channel)
+        on_loop(layer.group_add(realtime.run_group(run), channel))
     realtime.publish([realtime.run_group("busy")], _change("busy", 1, "a"))
     realtime.publish([realtime.run_group("busy")], _change("busy", 2, "a"))  # waits for the window's end
     realtime.publish([realtime.run_group("quiet")], _change("quiet", 7, "q"))
-    messages = [(m["run"], m["seq"]) for m in _drain(layer, channel)]
+    messages = [(m["run"], m["seq"]) for m in _drain(on_loop, layer, channel)]
     # The two first pushes go out at once (their order between two runs is the layer's); the
     # busy run's second change waits for its window's end, and the quiet run's push does not.
     assert sorted(messages) == [("busy", 1), ("busy", 2), ("quiet", 7)]

@@ -1,0 +1,64 @@
+"""The channel layer: Redis pub/sub, with a `group_add` that returns once Redis holds it.
+
+Why pub/sub: channels_redis's list-based layer hands a process its messages one at a time,
+each through four Redis round trips under a lock the whole process shares, so a wave of 100
+runs changing at once reached the hundredth socket of a web process hundreds of milliseconds
+late (more while that process also served a fan's appends). With pub/sub, Redis pushes every
+message of a group to every subscribed process over one connection, and a publish is one
+PUBLISH. What pub/sub gives up (a message for a process that is not subscribed at that moment
+is dropped, not kept for a minute) costs nothing here: every receiver re-reads what it shows.
+
+Why the confirmation: redis-py sends SUBSCRIBE without waiting for its answer, so a change
+published right after `group_add` returned could still miss the new subscriber. A wait
+subscribes *before* the read that decides to sleep (runs.waits) and a page's socket after
+the page was read: both rely on every change committed after `group_add` returns reaching
+them. Redis runs one connection's commands in order, so once a probe channel subscribed after
+the group on the same connection counts a subscriber, the group's subscription is in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from channels_redis import pubsub
+
+CONFIRM_POLL_SECONDS = 0.001
+# Past this the subscription is left to land on its own: a socket or a wait that gave up here
+# would only fall back on re-reading, as a late subscription does.
+CONFIRM_GIVE_UP_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
+
+
+class ConfirmedLoopLayer(pubsub.RedisPubSubLoopLayer):
+    """One event loop's side of the layer (channels_redis keeps one per loop)."""
+
+    async def group_add(self, group: str, channel: str) -> None:
+        await super().group_add(group, channel)
+        await self._confirm(self._get_shard(self._get_group_channel_name(group)))
+
+    async def _confirm(self, shard: Any) -> None:
+        probe = f"{self.prefix}__probe__{uuid.uuid4().hex}"
+        await shard.subscribe(probe)
+        give_up_at = asyncio.get_running_loop().time() + CONFIRM_GIVE_UP_SECONDS
+        try:
+            while not (await shard._redis.pubsub_numsub(probe))[0][1]:
+                if asyncio.get_running_loop().time() > give_up_at:
+                    log.warning("channel layer: Redis did not confirm a subscription in %ss", CONFIRM_GIVE_UP_SECONDS)
+                    return
+                await asyncio.sleep(CONFIRM_POLL_SECONDS)
+        finally:
+            await shard.unsubscribe(probe)
+
+
+class ConfirmedPubSubLayer(pubsub.RedisPubSubChannelLayer):
+    def _get_layer(self) -> ConfirmedLoopLayer:
+        loop = asyncio.get_running_loop()
+        layer = self._layers.get(loop)
+        if layer is None:
+            layer = self._layers[loop] = ConfirmedLoopLayer(*self._args, **self._kwargs, channel_layer=self)
+            pubsub._wrap_close(self, loop)
+        return layer

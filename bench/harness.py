@@ -203,6 +203,11 @@ def setup_django() -> None:
     django.setup()
     from django.conf import settings
 
+    from oz0site.heap import freeze_startup_heap
+
+    # The bench calls the kernel in-process (propagate, inbox): set up as oz0's web and worker
+    # processes are, its startup objects frozen out of full collections.
+    freeze_startup_heap()
     # The console pages render {% static %}; without collectstatic the manifest storage would refuse.
     settings.STORAGES = {
         **settings.STORAGES,

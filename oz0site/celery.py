@@ -4,6 +4,8 @@ from typing import Any
 from celery import Celery, signals
 from django.db import close_old_connections
 
+from oz0site.heap import freeze_startup_heap
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "oz0site.settings")
 
 app = Celery("oz0")
@@ -22,3 +24,11 @@ def close_obsolete_connections(sender: Any = None, **kwargs: Any) -> None:
     if sender is not None and getattr(sender.request, "is_eager", False):
         return
     close_old_connections()
+
+
+@signals.worker_init.connect
+@signals.worker_process_init.connect
+def freeze_the_startup_heap(**kwargs: Any) -> None:
+    """Once the worker has loaded its tasks (in the parent, so prefork children share the frozen
+    pages) and again in each child after its own start (oz0site/heap.py says why)."""
+    freeze_startup_heap()

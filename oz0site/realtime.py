@@ -83,8 +83,8 @@ async def _push(layer: Any, groups: tuple[str, ...], event: dict[str, Any]) -> N
             for key in [k for k, at in _last_push.items() if at < horizon]:
                 del _last_push[key]
         _last_push[groups] = loop.time()
-    for group in groups:
-        await layer.group_send(group, event)
+    # Together, so the layer publishes the run's and the workspace's message in one round trip.
+    await asyncio.gather(*(layer.group_send(group, event) for group in groups))
 
 
 def publish(groups: list[str], event: dict[str, Any]) -> Future[None] | None:

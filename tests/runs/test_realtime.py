@@ -127,6 +127,7 @@ class SlowRedis:
     def __init__(self) -> None:
         self.hold = 0.0
         self.connections = 0
+        self.held_writes = 0  # the first client's writes that reached Redis while `hold` was set
 
     async def start(self) -> str:
         upstream = urlsplit(settings.REDIS_URL)
@@ -144,6 +145,7 @@ class SlowRedis:
         try:
             while data := await reader.read(65536):
                 if held and self.hold:
+                    self.held_writes += 1
                     await asyncio.sleep(self.hold)
                 writer.write(data)
                 await writer.drain()
@@ -206,6 +208,39 @@ def test_group_add_gives_up_on_a_confirmation_that_does_not_come(
         assert observer.pubsub_numsub(group_channel)[0][1] == 0  # still held on its way in
     finally:
         observer.close()
+        on_loop(layer.flush())
+        proxy.server.close()
+
+
+@pytest.mark.parametrize("pipelined", [True, False], ids=["oz0-layer", "channels-redis-pubsub"])
+def test_sends_made_while_a_publish_is_in_flight_go_together(on_loop: Await, pipelined: bool) -> None:
+    """A wave of changes costs the publisher a round trip or two, not one per message: the first
+    send goes at once, the ones made meanwhile in one pipeline once it is answered. In order,
+    every one of them."""
+    layer_class = ConfirmedPubSubLayer if pipelined else pubsub.RedisPubSubChannelLayer
+    layer, prefix, proxy = _layer_behind(on_loop, layer_class)
+    listener = redis.Redis.from_url(settings.REDIS_URL).pubsub()
+    group = realtime.run_group(uuid.uuid4().hex)
+    listener.subscribe(f"{prefix}__group__{group}")
+    try:
+        on_loop(layer.group_send(group, _change("warm", 0, "a")))  # the connection's handshake, unheld
+        proxy.hold = 0.05
+
+        async def wave() -> None:
+            await asyncio.gather(*(layer.group_send(group, _change("wave", seq, "a")) for seq in range(1, 51)))
+
+        on_loop(wave())
+        assert proxy.held_writes <= 2 if pipelined else proxy.held_writes == 50
+        received: list[int] = []
+        for _ in range(200):
+            if len(received) == 51:
+                break
+            message = listener.get_message(ignore_subscribe_messages=True, timeout=0.1)
+            if message is not None:
+                received.append(layer.deserialize(message["data"])["seq"])
+        assert received == list(range(51))
+    finally:
+        listener.close()
         on_loop(layer.flush())
         proxy.server.close()
 

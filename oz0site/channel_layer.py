@@ -1,4 +1,4 @@
-"""The channel layer: Redis pub/sub, with a `group_add` that returns once Redis holds it.
+"""The channel layer: Redis pub/sub, a `group_add` that returns once Redis holds it, pipelined sends.
 
 Why pub/sub: channels_redis's list-based layer hands a process its messages one at a time,
 each through four Redis round trips under a lock the whole process shares, so a wave of 100
@@ -43,8 +43,9 @@ class ConfirmedLoopLayer(pubsub.RedisPubSubLoopLayer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._outbox: dict[int, list[tuple[str, bytes, asyncio.Future[None]]]] = {}
-        self._publishing: dict[int, asyncio.Task[None]] = {}
+        # Per shard (one per Redis host): the sends waiting for the publish in flight, and its task.
+        self._outbox: dict[Any, list[tuple[str, bytes, asyncio.Future[None]]]] = {}
+        self._publishing: dict[Any, asyncio.Task[None]] = {}
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         channel = self._get_group_channel_name(group)
@@ -54,17 +55,16 @@ class ConfirmedLoopLayer(pubsub.RedisPubSubLoopLayer):
         await self._publish(channel, self.channel_layer.serialize(message))
 
     async def _publish(self, channel: str, data: bytes) -> None:
-        shard_index = self._shards.index(self._get_shard(channel))
+        shard = self._get_shard(channel)
         sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._outbox.setdefault(shard_index, []).append((channel, data, sent))
-        publisher = self._publishing.get(shard_index)
+        self._outbox.setdefault(shard, []).append((channel, data, sent))
+        publisher = self._publishing.get(shard)
         if publisher is None or publisher.done():
-            self._publishing[shard_index] = asyncio.ensure_future(self._publish_waiting(shard_index))
+            self._publishing[shard] = asyncio.ensure_future(self._publish_waiting(shard))
         await sent
 
-    async def _publish_waiting(self, shard_index: int) -> None:
-        shard = self._shards[shard_index]
-        while batch := self._outbox.pop(shard_index, []):
+    async def _publish_waiting(self, shard: Any) -> None:
+        while batch := self._outbox.pop(shard, []):
             try:
                 async with shard._lock:
                     shard._ensure_redis()

@@ -110,9 +110,9 @@ def test_a_change_published_right_after_group_add_reaches_the_new_member(on_loop
         for attempt in range(100):
             run = f"joined-{uuid.uuid4().hex}"
             on_loop(layer.group_add(realtime.run_group(run), channel))
-            subscribers = observer.pubsub_numsub(f"{prefix}__group__{realtime.run_group(run)}")[0][1]
+            subscribers = observer.pubsub_numsub(group_channel(prefix, realtime.run_group(run)))[0][1]
             assert subscribers == 1, f"attempt {attempt}: group_add returned before Redis held it"
-            observer.publish(f"{prefix}__group__{realtime.run_group(run)}", layer.serialize(_change(run, 1, "a")))
+            observer.publish(group_channel(prefix, realtime.run_group(run)), layer.serialize(_change(run, 1, "a")))
             assert on_loop(_next(layer, channel, 5.0))["run"] == run
             on_loop(layer.group_discard(realtime.run_group(run), channel))
     finally:
@@ -155,19 +155,41 @@ class SlowRedis:
             writer.close()
 
 
-def _layer_behind(on_loop: Await, layer_class: Any) -> tuple[Any, str, SlowRedis]:
-    proxy = SlowRedis()
-    prefix = f"confirm{uuid.uuid4().hex[:8]}"
-    return layer_class(hosts=[{"address": on_loop(proxy.start())}], prefix=prefix), prefix, proxy
+def group_channel(prefix: str, group: str) -> str:
+    """The Redis pub/sub channel a layer publishes a group's messages on."""
+    return f"{prefix}__group__{group}"
+
+
+LayerBehind = Callable[[Any], tuple[Any, str, SlowRedis]]
+
+
+@pytest.fixture
+def layer_behind(on_loop: Await) -> Iterator[LayerBehind]:
+    """A layer of the given class talking to Redis through a `SlowRedis` (closed after the test)."""
+    made: list[tuple[Any, SlowRedis]] = []
+
+    def make(layer_class: Any) -> tuple[Any, str, SlowRedis]:
+        proxy = SlowRedis()
+        prefix = f"confirm{uuid.uuid4().hex[:8]}"
+        layer = layer_class(hosts=[{"address": on_loop(proxy.start())}], prefix=prefix)
+        made.append((layer, proxy))
+        return layer, prefix, proxy
+
+    yield make
+    for layer, proxy in made:
+        on_loop(layer.flush())
+        proxy.server.close()
 
 
 @pytest.mark.parametrize("confirmed", [True, False], ids=["oz0-layer", "unconfirmed-pubsub"])
-def test_group_add_returns_only_once_redis_holds_the_subscription(on_loop: Await, confirmed: bool) -> None:
+def test_group_add_returns_only_once_redis_holds_the_subscription(
+    on_loop: Await, layer_behind: LayerBehind, confirmed: bool
+) -> None:
     """Behind a Redis slow to read its clients, oz0's layer still returns from `group_add` only
     once the subscription is in place; channels_redis's own pub/sub layer returns as soon as the
     SUBSCRIBE is sent, and a change published then is lost to the new member."""
     layer_class = ConfirmedPubSubLayer if confirmed else pubsub.RedisPubSubChannelLayer
-    layer, prefix, proxy = _layer_behind(on_loop, layer_class)
+    layer, prefix, proxy = layer_behind(layer_class)
     observer = redis.Redis.from_url(settings.REDIS_URL)
     try:
         for _ in range(3):
@@ -175,10 +197,10 @@ def test_group_add_returns_only_once_redis_holds_the_subscription(on_loop: Await
             channel = on_loop(layer.new_channel())  # a receive that timed out takes its channel along
             proxy.hold = 0.05
             run = uuid.uuid4().hex
-            group_channel = f"{prefix}__group__{realtime.run_group(run)}"
+            redis_channel = group_channel(prefix, realtime.run_group(run))
             on_loop(layer.group_add(realtime.run_group(run), channel))
-            assert observer.pubsub_numsub(group_channel)[0][1] == (1 if confirmed else 0)
-            observer.publish(group_channel, layer.serialize(_change(run, 1, "a")))
+            assert observer.pubsub_numsub(redis_channel)[0][1] == (1 if confirmed else 0)
+            observer.publish(redis_channel, layer.serialize(_change(run, 1, "a")))
             if confirmed:
                 assert on_loop(_next(layer, channel, 5.0))["run"] == run
             else:
@@ -186,42 +208,38 @@ def test_group_add_returns_only_once_redis_holds_the_subscription(on_loop: Await
                     on_loop(_next(layer, channel, 0.3))
     finally:
         observer.close()
-        on_loop(layer.flush())
-        proxy.server.close()
 
 
 def test_group_add_gives_up_on_a_confirmation_that_does_not_come(
-    on_loop: Await, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    on_loop: Await, layer_behind: LayerBehind, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A stuck subscriber connection costs a page or a wait a few seconds (then a warning, and the
     re-reads they fall back on), never a hang."""
     monkeypatch.setattr(channel_layer, "CONFIRM_GIVE_UP_SECONDS", 0.2)
-    layer, prefix, proxy = _layer_behind(on_loop, ConfirmedPubSubLayer)
+    layer, prefix, proxy = layer_behind(ConfirmedPubSubLayer)
     observer = redis.Redis.from_url(settings.REDIS_URL)
     try:
         channel = on_loop(layer.new_channel())
         proxy.hold = 3.0
-        group_channel = f"{prefix}__group__{realtime.run_group('stuck')}"
+        redis_channel = group_channel(prefix, realtime.run_group("stuck"))
         with caplog.at_level(logging.WARNING, logger="oz0site.channel_layer"):
             on_loop(asyncio.wait_for(layer.group_add(realtime.run_group("stuck"), channel), 2.0))
         assert "did not confirm a subscription" in caplog.text
-        assert observer.pubsub_numsub(group_channel)[0][1] == 0  # still held on its way in
+        assert observer.pubsub_numsub(redis_channel)[0][1] == 0  # still held on its way in
     finally:
         observer.close()
-        on_loop(layer.flush())
-        proxy.server.close()
 
 
 @pytest.mark.parametrize("pipelined", [True, False], ids=["oz0-layer", "channels-redis-pubsub"])
-def test_sends_made_while_a_publish_is_in_flight_go_together(on_loop: Await, pipelined: bool) -> None:
+def test_sends_made_while_a_publish_is_in_flight_go_together(on_loop: Await, layer_behind: LayerBehind, pipelined: bool) -> None:
     """A wave of changes costs the publisher a round trip or two, not one per message: the first
     send goes at once, the ones made meanwhile in one pipeline once it is answered. In order,
     every one of them."""
     layer_class = ConfirmedPubSubLayer if pipelined else pubsub.RedisPubSubChannelLayer
-    layer, prefix, proxy = _layer_behind(on_loop, layer_class)
+    layer, prefix, proxy = layer_behind(layer_class)
     listener = redis.Redis.from_url(settings.REDIS_URL).pubsub()
     group = realtime.run_group(uuid.uuid4().hex)
-    listener.subscribe(f"{prefix}__group__{group}")
+    listener.subscribe(group_channel(prefix, group))
     try:
         on_loop(layer.group_send(group, _change("warm", 0, "a")))  # the connection's handshake, unheld
         proxy.hold = 0.05
@@ -241,8 +259,6 @@ def test_sends_made_while_a_publish_is_in_flight_go_together(on_loop: Await, pip
         assert received == list(range(51))
     finally:
         listener.close()
-        on_loop(layer.flush())
-        proxy.server.close()
 
 
 @pytest.mark.parametrize("role,accepted", [("viewer", True), ("operator", True), ("outsider", False)])

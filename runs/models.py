@@ -206,13 +206,20 @@ class Task(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     position = models.PositiveIntegerField(default=0)
     # A delegate task's child run (its latest one: a retry starts another); Run.parent is the other side.
-    child = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Indexed only where set (task_child, below).
+    child = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["run", "key"], name="task_unique_key"),
-            models.UniqueConstraint(fields=["resolution_token"], name="task_unique_resolution_token"),
+            # Only client awaits carry a token: the NULLs of every other task stay out of the index.
+            models.UniqueConstraint(
+                fields=["resolution_token"], name="task_unique_resolution_token", condition=Q(resolution_token__isnull=False)
+            ),
         ]
+        # A status change cannot be a HOT update (status is in the partial indexes below), so it
+        # writes a new entry into every index of the table, NULL entries included: the two
+        # columns almost every task leaves NULL are indexed only where set.
         indexes = [
             # Quiescence: does the run have anything live or ready?
             models.Index(
@@ -229,6 +236,8 @@ class Task(models.Model):
             # The inbox: what waits on a person, newest-first per workspace via the run.
             models.Index(fields=["status", "queued_at"], name="task_person", condition=Q(status__in=TASK_ASKING)),
             models.Index(fields=["run", "position"], name="task_run_position"),
+            # A child run's delegate task (delegation, and the SET NULL when a run is deleted).
+            models.Index(fields=["child"], name="task_child", condition=Q(child__isnull=False)),
         ]
 
     def __str__(self) -> str:

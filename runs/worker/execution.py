@@ -36,15 +36,25 @@ class Heartbeat:
     """Proves a claim alive from a thread of its own; sets `cancel` when the kernel asks to stop.
 
     `beat` is the kernel call that renews the claim and answers whether to stop: one call's
-    (`kernel.heartbeat`, by the claim they share).
+    (`kernel.heartbeat`, by the claim they share). A worker that goes on to the next claim
+    (`follow`) keeps the thread: each claim gets its own `cancel`, so a beat of the claim just
+    settled, whose answer is "stop" since the claim is gone, stops nothing that follows it.
     """
 
     def __init__(self, beat: Callable[[], bool], name: str) -> None:
         self.beat = beat
         self.name = name
         self.cancel = threading.Event()
+        self._following = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"oz0-heartbeat-{name}", daemon=True)
+
+    def follow(self, beat: Callable[[], bool]) -> threading.Event:
+        """Prove the next claim alive from now on; answers that claim's own `cancel`."""
+        with self._following:
+            self.beat = beat
+            self.cancel = threading.Event()
+            return self.cancel
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -58,9 +68,11 @@ class Heartbeat:
         interval = float(settings.OZ0_HEARTBEAT_SECONDS)
         try:
             while not self._stop.wait(interval):
+                with self._following:
+                    beat, cancel = self.beat, self.cancel
                 try:
-                    if self.beat():
-                        self.cancel.set()
+                    if beat():
+                        cancel.set()
                 except Exception:  # a passing database hiccup must not kill the call
                     log.exception("heartbeat failed for %s", self.name)
         finally:
@@ -121,21 +133,26 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
     deadline = time.monotonic() + CONTINUATION_SECONDS
     claim = new_claim()
     claimed = kernel.claim_batch(run_id, task_ids, claim)
-    while claimed:
-        with Heartbeat(partial(kernel.heartbeat, claim), f"batch {claim}") as beat:
-            outcomes = [tool_outcome(call, beat.cancel) for call in claimed]
-        # Quick calls this chunk made ready are run here next, for a while, rather than queued:
-        # claimed in the transaction that settles this chunk.
-        take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
-        claim = new_claim()
-        try:
-            claimed = kernel.report_batch(outcomes, take=take, then_claim=claim)
-        except Exception as error:
-            # As for a single call: no claim is left behind for the lease sweep to hand on forever.
-            log.exception("a batch of %d quick calls could not be reported", len(claimed))
-            for call in claimed:
-                kernel.task_errored(call, error)
-            return
+    if not claimed:
+        return
+    # One heartbeat thread for the whole message, following each claim in turn.
+    with Heartbeat(partial(kernel.heartbeat, claim), f"batch {claim}") as beat:
+        cancel = beat.cancel
+        while claimed:
+            outcomes = [tool_outcome(call, cancel) for call in claimed]
+            # Quick calls this chunk made ready are run here next, for a while, rather than queued:
+            # claimed in the transaction that settles this chunk.
+            take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
+            claim = new_claim()
+            try:
+                claimed = kernel.report_batch(outcomes, take=take, then_claim=claim)
+            except Exception as error:
+                # As for a single call: no claim is left behind for the lease sweep to hand on forever.
+                log.exception("a batch of %d quick calls could not be reported", len(claimed))
+                for call in claimed:
+                    kernel.task_errored(call, error)
+                return
+            cancel = beat.follow(partial(kernel.heartbeat, claim))
 
 
 def tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:

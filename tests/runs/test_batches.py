@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -12,7 +13,7 @@ from django.test import override_settings
 from runs import kernel
 from runs.kernel import quick_chunks
 from runs.models import Run, TraceEvent
-from runs.worker.execution import tool_outcome
+from runs.worker.execution import Heartbeat, tool_outcome
 from tests.conftest import Team
 from tests.runs.driver import echo, fail, join, statuses, task
 
@@ -118,3 +119,74 @@ def test_it_keeps_quick_tools_replayable() -> None:
 
     with pytest.raises(ValueError, match="replayable"):
         Tool("x.quick", "", replayable=False, quick=True)
+
+
+def test_a_beat_of_the_claim_just_settled_stops_nothing_that_follows_it(settings: Any) -> None:
+    """One heartbeat thread follows a worker's claims in turn. The beat of a claim that was just
+    settled answers "stop" (the claim is gone): it must reach that claim's cancel only."""
+    settings.OZ0_HEARTBEAT_SECONDS = 0.01
+    beating, release = threading.Event(), threading.Event()
+
+    def settled_claims_beat() -> bool:
+        beating.set()
+        release.wait(5)
+        return True  # the claim is gone: "stop"
+
+    with Heartbeat(settled_claims_beat, "stale") as beat:
+        first = beat.cancel
+        assert beating.wait(5)
+        # The worker goes on to its next claim while the old beat is still in flight.
+        following = beat.follow(lambda: False)
+        release.set()
+        assert first.wait(5)
+        time.sleep(0.1)  # several beats of the new claim
+        assert not following.is_set() and beat.cancel is following
+
+
+def test_the_heartbeat_carries_a_cancel_to_the_claim_it_follows(settings: Any) -> None:
+    settings.OZ0_HEARTBEAT_SECONDS = 0.01
+    stop_now = threading.Event()
+    with Heartbeat(lambda: False, "follow") as beat:
+        following = beat.follow(stop_now.is_set)
+        time.sleep(0.05)
+        assert not following.is_set()
+        stop_now.set()
+        assert following.wait(5)
+
+
+@pytest.mark.usefixtures("committed", "no_dispatch")
+def test_one_heartbeat_thread_follows_a_worker_down_a_chain_and_cancels_where_asked(settings: Any, monkeypatch: Any) -> None:
+    """A worker runs the quick calls its own chunks make ready under one heartbeat thread; a cancel
+    asked of a later step (here by the call itself, as an operator's cancel would be) reaches it."""
+    from runs.models import Task
+    from runs.worker import execution
+    from runs.worker.tool_functions import FUNCTIONS, ToolCanceled
+
+    settings.OZ0_HEARTBEAT_SECONDS = 0.02
+    team = Team()
+    run = create(team, [echo("a", 1), echo("b", 2, after=["a"]), echo("c", 3, after=["b"])], "c")
+    original_echo = FUNCTIONS["test.echo"]
+    heard: dict[str, bool] = {}
+
+    def echo_or_wait_for_cancel(args: dict[str, Any], context: Any) -> Any:
+        if context.task_key == "c":
+            Task.objects.filter(run=run, key="c").update(cancel_requested=True)
+            heard["c"] = context.cancel.wait(5)
+            raise ToolCanceled()
+        heard[context.task_key] = context.cancel.is_set()
+        return original_echo(args, context)
+
+    monkeypatch.setitem(FUNCTIONS, "test.echo", echo_or_wait_for_cancel)
+    started: list[str] = []
+    original_enter = execution.Heartbeat.__enter__
+
+    def counting_enter(self: Heartbeat) -> Heartbeat:
+        started.append(self.name)
+        return original_enter(self)
+
+    monkeypatch.setattr(execution.Heartbeat, "__enter__", counting_enter)
+    execution.execute_batch([task(run, "a").pk], str(run.pk))
+    assert heard == {"a": False, "b": False, "c": True}
+    assert len(started) == 1, started
+    assert statuses(run)["a"] == statuses(run)["b"] == "completed"
+    assert task(run, "c").status != "completed"

@@ -14,6 +14,8 @@ subscribes *before* the read that decides to sleep (runs.waits) and a page's soc
 the page was read: both rely on every change committed after `group_add` returns reaching
 them. Redis runs one connection's commands in order, so once a probe channel subscribed after
 the group on the same connection counts a subscriber, the group's subscription is in place.
+A group this process already holds confirmed (another socket on the same workspace) needs
+no probe: the mark lasts until the group's last channel leaves it.
 
 Why the pipeline: channels_redis publishes one message per round trip under a lock its
 connection shares, so a wave of 100 changes (200 group sends: the run's and the workspace's)
@@ -46,6 +48,8 @@ class ConfirmedLoopLayer(pubsub.RedisPubSubLoopLayer):
         # Per shard (one per Redis host): the sends waiting for the publish in flight, and its task.
         self._outbox: dict[Any, list[tuple[str, bytes, asyncio.Future[None]]]] = {}
         self._publishing: dict[Any, asyncio.Task[None]] = {}
+        # The groups whose subscription Redis confirmed, until this process leaves them.
+        self._confirmed: set[str] = set()
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         channel = self._get_group_channel_name(group)
@@ -82,10 +86,26 @@ class ConfirmedLoopLayer(pubsub.RedisPubSubLoopLayer):
                     sent.set_result(None)
 
     async def group_add(self, group: str, channel: str) -> None:
+        group_channel = self._get_group_channel_name(group)
         await super().group_add(group, channel)
-        await self._confirm(self._get_shard(self._get_group_channel_name(group)))
+        if group_channel in self._confirmed:
+            return  # another socket of this process joined it before: Redis already delivers it here
+        if await self._confirm(self._get_shard(group_channel)):
+            self._confirmed.add(group_channel)
 
-    async def _confirm(self, shard: Any) -> None:
+    async def group_discard(self, group: str, channel: str) -> None:
+        group_channel = self._get_group_channel_name(group)
+        if self.groups.get(group_channel) == {channel}:
+            # Forgotten before the unsubscribe is sent: a join meanwhile confirms afresh.
+            self._confirmed.discard(group_channel)
+        await super().group_discard(group, channel)
+
+    async def flush(self) -> None:
+        self._confirmed.clear()
+        await super().flush()
+
+    async def _confirm(self, shard: Any) -> bool:
+        """Wait until Redis holds this shard's subscriptions made so far; False if it gave up."""
         probe = f"{self.prefix}__probe__{uuid.uuid4().hex}"
         await shard.subscribe(probe)
         give_up_at = asyncio.get_running_loop().time() + CONFIRM_GIVE_UP_SECONDS
@@ -93,8 +113,9 @@ class ConfirmedLoopLayer(pubsub.RedisPubSubLoopLayer):
             while not (await shard._redis.pubsub_numsub(probe))[0][1]:
                 if asyncio.get_running_loop().time() > give_up_at:
                     log.warning("channel layer: Redis did not confirm a subscription in %ss", CONFIRM_GIVE_UP_SECONDS)
-                    return
+                    return False
                 await asyncio.sleep(CONFIRM_POLL_SECONDS)
+            return True
         finally:
             await shard.unsubscribe(probe)
 

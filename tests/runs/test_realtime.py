@@ -21,7 +21,7 @@ from django.conf import settings
 from oz0site import channel_layer, realtime
 from oz0site.channel_layer import ConfirmedPubSubLayer
 from runs import kernel
-from tests.conftest import Team
+from tests.conftest import Team, wait_for
 from tests.runs.driver import drive, echo, fail
 
 pytestmark = pytest.mark.usefixtures("committed", "no_dispatch")
@@ -226,6 +226,54 @@ def test_group_add_gives_up_on_a_confirmation_that_does_not_come(
             on_loop(asyncio.wait_for(layer.group_add(realtime.run_group("stuck"), channel), 2.0))
         assert "did not confirm a subscription" in caplog.text
         assert observer.pubsub_numsub(redis_channel)[0][1] == 0  # still held on its way in
+    finally:
+        observer.close()
+
+
+def test_a_group_this_process_holds_confirmed_is_joined_without_a_probe(
+    on_loop: Await, layer_behind: LayerBehind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A console page's sockets join the workspace's group one after another: only the first waits
+    for Redis. Once the group's last socket leaves, the next join waits again, and returns only
+    once the new subscription is in place; a confirmation that gave up marks nothing."""
+    layer, prefix, proxy = layer_behind(ConfirmedPubSubLayer)
+    probes: list[bool] = []
+    confirm = channel_layer.ConfirmedLoopLayer._confirm
+
+    async def counted(self: Any, shard: Any) -> bool:
+        probes.append(await confirm(self, shard))
+        return probes[-1]
+
+    monkeypatch.setattr(channel_layer.ConfirmedLoopLayer, "_confirm", counted)
+    observer = redis.Redis.from_url(settings.REDIS_URL)
+    group = realtime.workspace_group(uuid.uuid4().int % 10**9)
+    redis_channel = group_channel(prefix, group)
+    try:
+        first, second, third = (on_loop(layer.new_channel()) for _ in range(3))
+        on_loop(layer.group_add(group, first))
+        on_loop(layer.group_add(group, second))
+        assert probes == [True]
+        on_loop(layer.group_discard(group, second))
+        on_loop(layer.group_add(group, second))
+        assert probes == [True], "the group never left this process"
+        on_loop(layer.group_discard(group, first))
+        on_loop(layer.group_discard(group, second))
+        assert observer.pubsub_numsub(redis_channel)[0][1] == 0
+        proxy.hold = 0.05  # a Redis slow to read the new SUBSCRIBE
+        on_loop(layer.group_add(group, third))
+        assert probes == [True, True]
+        assert observer.pubsub_numsub(redis_channel)[0][1] == 1
+        observer.publish(redis_channel, layer.serialize(_change("r", 1, "a")))
+        assert on_loop(_next(layer, third, 5.0))["run"] == "r"
+        # A confirmation that gives up leaves the group unmarked: the next join asks again.
+        other = realtime.workspace_group(uuid.uuid4().int % 10**9)
+        monkeypatch.setattr(channel_layer, "CONFIRM_GIVE_UP_SECONDS", 0.1)
+        proxy.hold = 1.0
+        on_loop(layer.group_add(other, first))
+        proxy.hold = 0
+        wait_for(lambda: observer.pubsub_numsub(group_channel(prefix, other))[0][1] == 1, message="the late SUBSCRIBE")
+        on_loop(layer.group_add(other, second))
+        assert probes == [True, True, False, True]
     finally:
         observer.close()
 

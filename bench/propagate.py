@@ -59,13 +59,32 @@ def fail_root(run: Any, root_id: int) -> dict[str, float]:
     claimed = kernel.claim_task(None, root_id, "bench-propagate")
     if claimed is None:
         raise RuntimeError("bench: the propagate root was taken by someone else (is a worker consuming the bench queue?)")
+    wal_before = wal_position()
     with QueryCounter() as queries:
         started = time.perf_counter()
         kernel.task_fail(claimed, "tool_failed", "the bench's root failure")
         seconds = time.perf_counter() - started
+    wal_bytes = wal_since(wal_before)
     status = Run.objects.filter(pk=run.id).values_list("status", flat=True).get()
     skipped = Task.objects.filter(run=run, status="skipped").count()
-    return {"ms": seconds * 1000, "queries": queries.count, "status": status, "skipped": skipped}
+    return {"ms": seconds * 1000, "queries": queries.count, "status": status, "skipped": skipped, "wal_bytes": wal_bytes}
+
+
+def wal_position() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_insert_lsn()::text")
+        return str(cursor.fetchone()[0])
+
+
+def wal_since(position: str) -> int:
+    """Bytes of write-ahead log written since `position` (by every client: none other writes here)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s::pg_lsn)", [position])
+        return int(cursor.fetchone()[0])
 
 
 def run(profile: Profile) -> Section:
@@ -73,6 +92,7 @@ def run(profile: Profile) -> Section:
     sizes = profile.propagate_sizes
     times: dict[tuple[str, int], list[float]] = {}
     queries: dict[tuple[str, int], list[int]] = {}
+    wal: dict[tuple[str, int], list[int]] = {}
     for rep in range(profile.propagate_reps):
         order = sizes if rep % 2 == 0 else tuple(reversed(sizes))
         for shape in SHAPES:
@@ -85,6 +105,7 @@ def run(profile: Profile) -> Section:
                     raise RuntimeError(f"bench: propagate {shape} {size}: {result['skipped']} skipped, run {result['status']}")
                 times.setdefault((shape, size), []).append(result["ms"])
                 queries.setdefault((shape, size), []).append(int(result["queries"]))
+                wal.setdefault((shape, size), []).append(int(result["wal_bytes"]))
                 say(
                     f"propagate rep {rep + 1}/{profile.propagate_reps} {shape} {size}: failing transition "
                     f"{result['ms']:.0f} ms, {result['queries']} queries (built in {build_s:.1f}s)"
@@ -100,10 +121,14 @@ def run(profile: Profile) -> Section:
             section.figures[f"{shape} growth {small} -> {large}"] = stat
             worst = stat["median"] if worst is None else max(worst, stat["median"])
         section.figures[f"{shape} of {sizes[-1]}: SQL statements"] = summary(queries[(shape, sizes[-1])], "statements", digits=0)
+        section.figures[f"{shape} of {sizes[-1]}: WAL per descendant"] = summary(
+            [b / sizes[-1] for b in wal[(shape, sizes[-1])]], "bytes", digits=0
+        )
     section.goals.append(goal_at_most("growth per doubling (worst shape and step)", worst, 2.1, "x"))
     section.extra = {
         "times_ms": {f"{s}:{n}": v for (s, n), v in times.items()},
         "queries": {f"{s}:{n}": v for (s, n), v in queries.items()},
+        "wal_bytes": {f"{s}:{n}": v for (s, n), v in wal.items()},
     }
     section.notes.append(
         "The failing transition is timed in-process (kernel.task_fail, commit included); "

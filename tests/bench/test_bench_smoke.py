@@ -67,4 +67,6 @@ def test_it_writes_a_json_result_with_every_workload(tmp_path: Path) -> None:
     assert any(key.startswith("procrastinate") for key in fan)
     assert any(key.startswith("single-row UPDATE") for key in fan)
     assert "ratio: fan tasks/s / bare Celery" in fan
+    propagate = data["workloads"]["propagate"]["figures"]
+    assert propagate["chain of 40: WAL per descendant"]["min"] > 0  # a skip writes its row and its trace event
     assert "figures written to" in done.stdout

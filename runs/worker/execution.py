@@ -13,7 +13,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 
 from django.conf import settings
@@ -36,22 +37,30 @@ class Heartbeat:
     """Proves a claim alive from a thread of its own; sets `cancel` when the kernel asks to stop.
 
     `beat` is the kernel call that renews the claim and answers whether to stop: one call's
-    (`kernel.heartbeat`, by the claim they share). A worker that goes on to the next claim
-    (`follow`) keeps the thread: each claim gets its own `cancel`, so a beat of the claim just
-    settled, whose answer is "stop" since the claim is gone, stops nothing that follows it.
+    (`kernel.heartbeat`, by the claim they share). A worker that goes on to the next claim keeps
+    the thread: it reports with the beats held (`held`), then `follow`s the next claim, which gets
+    a `cancel` of its own. So no beat of a chunk's rows runs beside the report that settles them
+    (the two would lock the rows in different orders), and the beat of a claim just settled,
+    whose answer is "stop" since the claim is gone, stops nothing that follows it.
     """
 
     def __init__(self, beat: Callable[[], bool], name: str) -> None:
         self.beat = beat
         self.name = name
         self.cancel = threading.Event()
-        self._following = threading.Lock()
+        self._beating = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"oz0-heartbeat-{name}", daemon=True)
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """No beat while inside (one in flight is waited for)."""
+        with self._beating:
+            yield
+
     def follow(self, beat: Callable[[], bool]) -> threading.Event:
         """Prove the next claim alive from now on; answers that claim's own `cancel`."""
-        with self._following:
+        with self._beating:
             self.beat = beat
             self.cancel = threading.Event()
             return self.cancel
@@ -68,13 +77,12 @@ class Heartbeat:
         interval = float(settings.OZ0_HEARTBEAT_SECONDS)
         try:
             while not self._stop.wait(interval):
-                with self._following:
-                    beat, cancel = self.beat, self.cancel
-                try:
-                    if beat():
-                        cancel.set()
-                except Exception:  # a passing database hiccup must not kill the call
-                    log.exception("heartbeat failed for %s", self.name)
+                with self._beating:
+                    try:
+                        if self.beat():
+                            self.cancel.set()
+                    except Exception:  # a passing database hiccup must not kill the call
+                        log.exception("heartbeat failed for %s", self.name)
         finally:
             connection.close()
 
@@ -145,7 +153,8 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
             take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
             claim = new_claim()
             try:
-                claimed = kernel.report_batch(outcomes, take=take, then_claim=claim)
+                with beat.held():
+                    claimed = kernel.report_batch(outcomes, take=take, then_claim=claim)
             except Exception as error:
                 # As for a single call: no claim is left behind for the lease sweep to hand on forever.
                 log.exception("a batch of %d quick calls could not be reported", len(claimed))

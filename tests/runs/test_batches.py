@@ -14,7 +14,7 @@ from runs import kernel
 from runs.kernel import quick_chunks
 from runs.models import Run, TraceEvent
 from runs.worker.execution import Heartbeat, tool_outcome
-from tests.conftest import Team
+from tests.conftest import Team, wait_for
 from tests.runs.driver import echo, fail, join, statuses, task
 
 
@@ -135,12 +135,31 @@ def test_a_beat_of_the_claim_just_settled_stops_nothing_that_follows_it(settings
     with Heartbeat(settled_claims_beat, "stale") as beat:
         first = beat.cancel
         assert beating.wait(5)
-        # The worker goes on to its next claim while the old beat is still in flight.
-        following = beat.follow(lambda: False)
+        # The worker goes on to its next claim while the old beat is still in flight: it waits for it.
+        followed: list[threading.Event] = []
+        follower = threading.Thread(target=lambda: followed.append(beat.follow(lambda: False)))
+        follower.start()
+        follower.join(0.1)
+        assert follower.is_alive() and not followed
         release.set()
-        assert first.wait(5)
+        follower.join(5)
+        assert first.is_set()
         time.sleep(0.1)  # several beats of the new claim
-        assert not following.is_set() and beat.cancel is following
+        assert not followed[0].is_set() and beat.cancel is followed[0]
+
+
+def test_no_beat_runs_while_the_worker_reports(settings: Any) -> None:
+    """A beat and a report of the same chunk would lock its rows in different orders."""
+    settings.OZ0_HEARTBEAT_SECONDS = 0.01
+    beats: list[float] = []
+    with Heartbeat(lambda: bool(beats.append(time.monotonic())), "held") as beat:
+        assert wait_for(lambda: len(beats) >= 2, timeout=5)
+        with beat.held():
+            held_at = time.monotonic()
+            time.sleep(0.15)
+            released_at = time.monotonic()
+        assert wait_for(lambda: beats[-1] > released_at, timeout=5)
+    assert not [at for at in beats if held_at <= at < released_at]
 
 
 def test_the_heartbeat_carries_a_cancel_to_the_claim_it_follows(settings: Any) -> None:

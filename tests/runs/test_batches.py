@@ -196,6 +196,7 @@ def test_one_heartbeat_thread_follows_a_worker_down_a_chain_and_cancels_where_as
         return original_echo(args, context)
 
     monkeypatch.setitem(FUNCTIONS, "test.echo", echo_or_wait_for_cancel)
+    monkeypatch.setattr(execution, "CONTINUATION_SECONDS", 60.0)  # a slow machine still continues to c
     started: list[str] = []
     original_enter = execution.Heartbeat.__enter__
 

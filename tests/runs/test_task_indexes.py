@@ -56,9 +56,9 @@ def test_a_token_is_still_unique_while_tasks_without_one_are_many(team: Team) ->
     stored = Task.objects.get(run_id=run_id, key="q").resolution_token
     assert stored
     second_id, _ = _await_run(team)
-    for _ in range(3):  # tokenless tasks: NULLs never collide
+    for index in range(3):  # tokenless tasks: NULLs never collide
         status, body = team.api().post(
-            f"/runs/{second_id}/append", {"tasks": [{"key": f"t{_}", "kind": "tool", "tool": "test.echo", "after": ["q"]}]}
+            f"/runs/{second_id}/append", {"tasks": [{"key": f"t{index}", "kind": "tool", "tool": "test.echo", "after": ["q"]}]}
         )
         assert status in (200, 201), body
     with pytest.raises(IntegrityError), transaction.atomic():

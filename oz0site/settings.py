@@ -150,6 +150,19 @@ CELERY_TASK_ALWAYS_EAGER = False
 # request (close_old_connections, which honours DB_CONN_MAX_AGE). 0 restores the fixup's habit.
 CELERY_DB_REUSE_MAX = env.int("OZ0_CELERY_DB_REUSE_MAX", default=1000)
 
+# Django's own hashers unless OZ0_PASSWORD_HASHERS names others: the test suite (and the processes
+# it starts) name a fast one, since its fixtures make thousands of users; a real install never does.
+PASSWORD_HASHERS = env.list(
+    "OZ0_PASSWORD_HASHERS",
+    default=[
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+        "django.contrib.auth.hashers.Argon2PasswordHasher",
+        "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+        "django.contrib.auth.hashers.ScryptPasswordHasher",
+    ],
+)
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

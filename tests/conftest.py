@@ -45,6 +45,22 @@ def _always_set_up_the_default_database() -> None:
 
 _always_set_up_the_default_database()
 
+FAST_PASSWORD_HASHER = "django.contrib.auth.hashers.MD5PasswordHasher"
+
+
+def _hash_passwords_fast() -> None:
+    """The fixtures make thousands of users: PBKDF2's million iterations would be most of the
+    suite's time. This process and every process it starts (worker, daphne) use a fast hasher."""
+    from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
+
+    os.environ["OZ0_PASSWORD_HASHERS"] = FAST_PASSWORD_HASHER
+    settings.PASSWORD_HASHERS = [FAST_PASSWORD_HASHER]
+    get_hashers.cache_clear()
+    get_hashers_by_algorithm.cache_clear()
+
+
+_hash_passwords_fast()
+
 
 def assert_test_database() -> None:
     name = str(connection.settings_dict["NAME"])

@@ -104,6 +104,4 @@ def harness_team(committed: None, no_dispatch: list[int], settings: Any) -> Iter
     """A fresh workspace on the committed database; the kernel's sends kept in a list (the test
     drives the calls itself); heartbeats fast, so a cancel reaches the worker quickly."""
     settings.OZ0_HEARTBEAT_SECONDS = 0.2
-    # The role users' passwords are never used here; hashing them properly costs seconds a test.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     yield Team()

@@ -44,7 +44,6 @@ def _run(team: Team, body: dict[str, Any]) -> Run:
 
 @pytest.mark.spec("F7")
 def test_a_harnessed_round_goes_to_the_sessions_and_everything_else_to_the_workers(sent: Sent, settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     team = Team()
     register(jsonl_manifest("jl-routed", [{"done": 1}]), workspace=team.workspace)
     harnessed = _run(team, {"agent": "jl-routed", "input": None})
@@ -71,7 +70,6 @@ def test_one_workspaces_waiting_sessions_take_at_most_their_share_of_the_threads
     later, while another workspace's session runs at once."""
     from runs.worker import execution
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.OZ0_SESSION_SLOTS_PER_WORKSPACE = 1
     busy, other = Team(), Team()
     for team in (busy, other):

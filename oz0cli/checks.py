@@ -1,16 +1,41 @@
-"""`./oz0 test [PYTEST ARGS]`: ruff, ruff format --check, makemigrations --check and mypy
-(unless OZ0_SKIP_CHECKS), then pytest with the arguments given; one exit code for them all."""
+"""`./oz0 test [--quick] [PYTEST ARGS]`: ruff, ruff format --check, makemigrations --check and mypy
+(unless OZ0_SKIP_CHECKS), then pytest; one exit code for them all.
+
+Without test paths, markers or keywords, the suite runs as two pytest processes side by side: the
+tests that drive the live stack (a Celery worker, beat, daphne, Chromium: mostly waiting on those
+processes) and the rest (mostly CPU in this process). Each has its own test database, and the live
+stack already has its own broker queue, so neither sees the other's rows or messages. `--quick`
+runs only the second kind, without the slow ones.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import IO
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from oz0cli import ROOT, say
 from oz0cli.environment import use_base_environment
 from oz0cli.services import services
+
+ENGINE_MARKERS = "live or browser or slow"
+QUICK_MARKERS = f"not ({ENGINE_MARKERS})"
+NO_TESTS_COLLECTED = 5
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One pytest process: its name (the prefix of its lines when lanes run side by side), its
+    arguments after `pytest`, and what it adds to the environment."""
+
+    name: str
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def checks_wanted(environ: Mapping[str, str]) -> bool:
@@ -27,14 +52,113 @@ def check_commands(python: str) -> list[tuple[str, list[str]]]:
     ]
 
 
+def selects_tests(args: list[str]) -> bool:
+    """Whether the person chose tests: a path or node id, a marker expression, or a keyword."""
+    takes_value = {"-m", "-k", "-p", "-o", "-c", "--rootdir", "--timeout", "--maxfail", "--tb", "-W", "--deselect"}
+    skip_next = False
+    for arg in args:
+        if skip_next:
+            skip_next = False
+            continue
+        if arg in ("-m", "-k") or arg.startswith(("-m=", "-k=", "--deselect")):
+            return True
+        if arg in takes_value:
+            skip_next = True
+            continue
+        if not arg.startswith("-"):
+            return True
+    return False
+
+
+def next_redis_database(url: str) -> str:
+    """The same Redis server, the next of its 16 numbered databases (`redis://host/N`, `unix://path?db=N`)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":  # urlunsplit would drop the empty host of unix:///path
+        path, _, query_text = url.partition("?")
+        query = dict(parse_qsl(query_text))
+        number = query.get("db", "0")
+        query["db"] = str((int(number) + 1) % 16 if number.isdigit() else 1)
+        return f"{path}?{urlencode(query)}"
+    number = parts.path.strip("/")
+    following = (int(number) + 1) % 16 if number.isdigit() else 1
+    return urlunsplit(parts._replace(path=f"/{following}"))
+
+
+def plan_lanes(args: list[str], *, quick: bool, environ: Mapping[str, str]) -> list[Lane]:
+    """The pytest processes `./oz0 test` runs. A person's own selection runs as one process as
+    given (with --quick, narrowed to the quick tests); the whole suite runs as two lanes. Their
+    rows are apart by database; in Redis, numbered ids of the two databases would meet (a
+    workspace's membership stamp, the cache), so the live lane takes the next Redis database and a
+    channel prefix of its own (pub/sub channels are shared by every Redis database)."""
+    if quick:
+        return [Lane("quick", ["-m", QUICK_MARKERS, *args])]
+    if selects_tests(args):
+        return [Lane("pytest", args)]
+    database = environ.get("TEST_DATABASE_NAME") or "test_oz0"
+    live_env = {
+        "TEST_DATABASE_NAME": f"{database}_live",
+        "REDIS_URL": next_redis_database(environ["REDIS_URL"]),
+        "OZ0_CHANNEL_PREFIX": f"{environ.get('OZ0_CHANNEL_PREFIX') or 'oz0'}-live",
+    }
+    return [
+        Lane("live", ["-m", ENGINE_MARKERS, *args], live_env),
+        Lane("rest", ["-m", QUICK_MARKERS, *args], {"TEST_DATABASE_NAME": database}),
+    ]
+
+
+def combined_pytest_code(codes: list[int]) -> int:
+    """One code for the lanes: the first failure's; 5 (nothing collected) only when every lane
+    collected nothing, since a lane whose tests all live in the other one is no failure."""
+    failures = [code for code in codes if code not in (0, NO_TESTS_COLLECTED)]
+    if failures:
+        return failures[0]
+    return NO_TESTS_COLLECTED if codes and all(code == NO_TESTS_COLLECTED for code in codes) else 0
+
+
 def combined_exit_code(failed: list[str], pytest_code: int) -> int:
     """pytest's own code, except that a failed check fails the whole (pytest's 0 or 5 become 1)."""
     if failed:
-        return 1 if pytest_code in (0, 5) else pytest_code
+        return 1 if pytest_code in (0, NO_TESTS_COLLECTED) else pytest_code
     return pytest_code
 
 
+def _copy_lines(source: IO[bytes], prefix: str, lock: threading.Lock) -> None:
+    for line in iter(source.readline, b""):
+        with lock:
+            sys.stdout.write(prefix + line.decode(errors="replace"))
+            sys.stdout.flush()
+
+
+def run_lanes(python: str, lanes: list[Lane]) -> list[int]:
+    """Run the lanes at once; with more than one, each line of output carries its lane's name."""
+    if len(lanes) == 1:
+        lane = lanes[0]
+        return [subprocess.run([python, "-m", "pytest", *lane.args], cwd=ROOT, env={**os.environ, **lane.env}).returncode]
+    lock = threading.Lock()
+    width = max(len(lane.name) for lane in lanes)
+    processes, copiers = [], []
+    for lane in lanes:
+        process = subprocess.Popen(
+            [python, "-m", "pytest", *lane.args],
+            cwd=ROOT,
+            env={**os.environ, **lane.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        assert process.stdout is not None
+        copier = threading.Thread(target=_copy_lines, args=(process.stdout, f"[{lane.name:<{width}}] ", lock), daemon=True)
+        copier.start()
+        processes.append(process)
+        copiers.append(copier)
+    codes = [process.wait() for process in processes]
+    for copier in copiers:
+        copier.join()
+    return codes
+
+
 def cmd_test(args: list[str]) -> int:
+    quick = "--quick" in args
+    args = [arg for arg in args if arg != "--quick"]
     os.environ.setdefault("OZ0_TEST_TOOLS", "1")
     use_base_environment(debug=True)
     python = sys.executable
@@ -45,8 +169,10 @@ def cmd_test(args: list[str]) -> int:
                 say(f"{name}")
                 if subprocess.run(argv, cwd=ROOT).returncode != 0:
                     failed.append(name)
-        say("pytest " + " ".join(args))
-        code = subprocess.run([python, "-m", "pytest", *args], cwd=ROOT).returncode
+        lanes = plan_lanes(args, quick=quick, environ=os.environ)
+        for lane in lanes:
+            say(f"pytest ({lane.name}) " + " ".join(lane.args))
+        code = combined_pytest_code(run_lanes(python, lanes))
         if failed:
             say("failed: " + ", ".join(failed) + (f"; pytest exited {code}" if code else ""))
         return combined_exit_code(failed, code)

@@ -15,7 +15,17 @@ from pathlib import Path
 import pytest
 
 from oz0cli import ROOT, Fatal, exit_code
-from oz0cli.checks import check_commands, checks_wanted, combined_exit_code
+from oz0cli.checks import (
+    ENGINE_MARKERS,
+    QUICK_MARKERS,
+    check_commands,
+    checks_wanted,
+    combined_exit_code,
+    combined_pytest_code,
+    next_redis_database,
+    plan_lanes,
+    selects_tests,
+)
 from oz0cli.children import child_argv
 from oz0cli.embedded import EmbeddedRedis, Ownership, free_port, redis_pings
 from oz0cli.environment import base_environment, listen_address, plain_http_environment, up_environment
@@ -90,6 +100,52 @@ def test_a_failed_check_fails_the_test_command_without_hiding_pytests_code() -> 
     assert combined_exit_code(["mypy"], 0) == 1
     assert combined_exit_code(["ruff check", "mypy"], 5) == 1
     assert combined_exit_code(["mypy"], 2) == 2
+
+
+def test_the_whole_suite_runs_as_two_lanes_apart_in_postgresql_and_redis() -> None:
+    environ = {"TEST_DATABASE_NAME": "test_oz0_ci", "REDIS_URL": "redis://127.0.0.1:6379/0"}
+    live, rest = plan_lanes(["-q"], quick=False, environ=environ)
+    assert live.args == ["-m", ENGINE_MARKERS, "-q"] and rest.args == ["-m", QUICK_MARKERS, "-q"]
+    assert live.env == {
+        "TEST_DATABASE_NAME": "test_oz0_ci_live",
+        "REDIS_URL": "redis://127.0.0.1:6379/1",
+        "OZ0_CHANNEL_PREFIX": "oz0-live",
+    }
+    assert rest.env == {"TEST_DATABASE_NAME": "test_oz0_ci"}
+    # every test is in exactly one lane: the two marker expressions are each other's negation
+    assert QUICK_MARKERS.removeprefix("not (").removesuffix(")") == ENGINE_MARKERS
+    (default,) = [lane for lane in plan_lanes([], quick=False, environ={"REDIS_URL": "redis://r/0"}) if lane.name == "rest"]
+    assert default.env == {"TEST_DATABASE_NAME": "test_oz0"}
+
+
+def test_a_persons_own_selection_runs_as_given_and_quick_narrows_it() -> None:
+    environ = {"REDIS_URL": "redis://127.0.0.1:6379/0"}
+    for chosen in (["tests/runs"], ["-k", "cancel"], ["-m", "live"], ["-q", "tests/x.py::test_y"], ["--deselect=a"]):
+        assert selects_tests(chosen), chosen
+        (lane,) = plan_lanes(chosen, quick=False, environ=environ)
+        assert lane.args == chosen and lane.env == {}
+    for options in ([], ["-q"], ["--timeout", "600"], ["-x", "--tb", "short"], ["-p", "no:warnings"]):
+        assert not selects_tests(options), options
+    (quick,) = plan_lanes(["tests/runs"], quick=True, environ=environ)
+    assert quick.args == ["-m", QUICK_MARKERS, "tests/runs"]
+
+
+def test_a_lanes_redis_is_the_next_database_of_the_same_server() -> None:
+    assert next_redis_database("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/1"
+    assert next_redis_database("redis://:pw@host:6380/15") == "redis://:pw@host:6380/0"
+    assert next_redis_database("redis://host:6379") == "redis://host:6379/1"
+    assert next_redis_database("unix:///tmp/r.sock?db=3") == "unix:///tmp/r.sock?db=4"
+    assert next_redis_database("unix:///tmp/r.sock") == "unix:///tmp/r.sock?db=1"
+
+
+def test_the_lanes_fail_when_either_fails_and_are_empty_only_when_both_are() -> None:
+    assert combined_pytest_code([0, 0]) == 0
+    assert combined_pytest_code([0, 1]) == 1
+    assert combined_pytest_code([2, 0]) == 2
+    assert combined_pytest_code([5, 0]) == 0  # everything selected was in the other lane
+    assert combined_pytest_code([5, 5]) == 5
+    assert combined_pytest_code([5, 1]) == 1
+    assert combined_pytest_code([3]) == 3
 
 
 def test_oz0_skip_checks_turns_the_checks_off() -> None:

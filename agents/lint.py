@@ -112,7 +112,7 @@ def lint(text: Any) -> Linted:
         errors.extend(flow_errors)
         return Linted(flow if not errors else None, errors, warnings)
 
-    harness = lint_harness(data.get("harness"), lines, errors)
+    harness = lint_harness(data.get("harness"), lines, errors, warnings)
     model = data.get("model")
     if model is None and harness is not None:
         # A harnessed agent's framework chooses its model; the round's route only names the harness.

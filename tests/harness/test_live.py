@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, Team, wait_for
-from tests.harness.conftest import jsonl_manifest, records
+from tests.harness.conftest import jsonl_manifest, record_path, records
 
 pytestmark = pytest.mark.live
 
@@ -51,7 +50,7 @@ def test_the_example_jsonl_agent_runs_on_the_worker_and_ends_with_its_declared_k
 
 
 @pytest.mark.spec("F7", "S5", "S6", "S29")
-def test_an_approval_and_a_cancel_reach_a_harness_on_the_worker(live_team: Team, tmp_path: Path) -> None:
+def test_an_approval_and_a_cancel_reach_a_harness_on_the_worker(live_team: Team) -> None:
     script = [{"call": "test.echo", "args": {"value": 41}}, {"done": "$last"}]
     status, body = live_team.api().post(
         "/agents", {"manifest": jsonl_manifest("jl-live-ask", script, tools=["test.echo"], approval="ask")}
@@ -70,8 +69,7 @@ def test_an_approval_and_a_cancel_reach_a_harness_on_the_worker(live_team: Team,
     document = wait_for(lambda: _finished(live_team, run_id), timeout=30, message="the approved run")
     assert document["status"] == "completed" and document["output"]["value"] == 41, document
 
-    record = tmp_path / "record.jsonl"
-    record.touch(mode=0o666)
+    record = record_path()
     status, body = live_team.api().post(
         "/agents", {"manifest": jsonl_manifest("jl-live-cancel", [{"wait": True}], record=record)}
     )

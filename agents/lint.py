@@ -117,6 +117,8 @@ def lint(text: Any) -> Linted:
     if model is None and harness is not None:
         # A harnessed agent's framework chooses its model; the round's route only names the harness.
         model = f"harness:{harness['kind']}"
+    elif model is None and data.get("harness") not in (None, "oz0"):
+        pass  # a harness in error: its own errors say what is wrong, not a model it never needed
     elif model is None:
         error(("model",), "model", "is required: the model route the agent's rounds call (e.g. `openai:gpt-4o-mini`)")
     elif (why := _route_problem(model)) is not None:

@@ -183,9 +183,9 @@ def round_call(
                 lineage=task.lineage,
             )
         elif "native" in call:
-            refusal = _native_refusal(call)
-            if refusal is not None:
-                return None, refusal
+            native_refusal = _native_refusal(call)
+            if native_refusal is not None:
+                return None, native_refusal
             # A framework asks before running a tool of its own: the call's digest crosses the
             # approval stage; granted, the task completes without any worker running anything.
             spec = TaskSpec(

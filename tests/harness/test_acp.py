@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from runs import kernel
-from runs.models import Run, Task
+from runs.kernel import call_digest
+from runs.models import Run, Task, TraceEvent
 from tests.conftest import Team, wait_for
-from tests.harness.conftest import harness_manifest, record_path, records, start_run
+from tests.harness.conftest import RoundThread, harness_manifest, record_path, records, start_run
 from tests.runs.driver import drive
 
 SLOW = 60
@@ -161,3 +162,60 @@ def test_each_tool_has_its_own_schema_and_an_acp_agent_delegates_with_plain_argu
     thread.join(SLOW)
     run = _settled(run)
     assert run.status == "completed" and json.loads(run.output) == {"answer": 42}
+
+
+PERMISSION = {"kind": "execute", "title": "Run rm -rf build/", "raw_input": {"command": "rm -rf build/"}}
+PERMISSION_ARGS = {"kind": "execute", "title": "Run rm -rf build/", "rawInput": {"command": "rm -rf build/"}}
+
+
+@pytest.mark.spec("F7", "S5", "S14")
+def test_a_permission_request_waits_in_the_inbox_bound_to_its_digest_and_approval_selects_allow_once(harness_team: Team) -> None:
+    script = [{"permission": PERMISSION}, {"say": "$last"}]
+    run, thread = start_run(harness_team, _manifest("acp-permission-yes", script, approval="ask"))
+    call = wait_for(
+        lambda: Task.objects.filter(run=run, key="r1.1", status="needs_approval").first(), timeout=SLOW, message="r1.1"
+    )
+    assert call.spec == {"tool": "acp.execute", "args": PERMISSION_ARGS, "native": True}
+    _, inbox = harness_team.api("operator").get(f"/inbox?workspace={harness_team.slug}")
+    [item] = [i for i in inbox["items"] if i["run"] == str(run.pk)]
+    assert item["digest"] == call_digest("acp.execute", PERMISSION_ARGS)
+    status, _ = harness_team.api("operator").post(f"/runs/{run.pk}/tasks/r1.1/approve", {"digest": item["digest"]})
+    assert status == 200
+    thread.join(SLOW)
+    run = _settled(run)
+    assert run.status == "completed" and json.loads(run.output) == {"outcome": {"outcome": "selected", "optionId": "once"}}
+
+
+@pytest.mark.spec("F7", "S5", "S6", "F14")
+def test_a_denied_permission_selects_reject_with_the_approvers_words(harness_team: Team) -> None:
+    script = [{"permission": PERMISSION}, {"say": "$last"}]
+    run, thread = start_run(harness_team, _manifest("acp-permission-no", script, approval="ask"))
+    wait_for(lambda: Task.objects.filter(run=run, key="r1.1", status="needs_approval").exists(), timeout=SLOW, message="r1.1")
+    operator = harness_team.users["operator"]
+    kernel.deny(run_id=run.pk, key="r1.1", user=operator, reason="not on a Friday")
+    thread.join(SLOW)
+    run = _settled(run)
+    answer = json.loads(run.output)
+    assert answer["outcome"]["outcome"] == "selected" and answer["outcome"]["optionId"] == "no"
+    failure = answer["_meta"]["oz0"]["failure"]
+    assert failure["kind"] == "denied" and failure["message"] == "not on a Friday"
+    assert failure["words_of"] == f"the approver {operator.username}"
+
+
+@pytest.mark.spec("F7", "S5")
+def test_a_permission_the_rules_allow_is_granted_without_a_person(harness_team: Team) -> None:
+    from agents.registry import register
+
+    manifest = json.loads(_manifest("acp-permission-rules", [{"permission": PERMISSION}, {"say": "$last"}]))
+    manifest["approval"] = {
+        "mode": "rules",
+        "rules": [{"tool": "acp.execute", "decision": "allow", "when": {"args.rawInput.command": {"prefix": "rm -rf build/"}}}],
+    }
+    registered = register(json.dumps(manifest), workspace=harness_team.workspace)
+    run, _ = kernel.create_run(
+        workspace=harness_team.workspace, user=harness_team.users["operator"], body={"agent": registered.version.agent.name}
+    )
+    RoundThread(run).join(SLOW)
+    run = _settled(run)
+    assert json.loads(run.output)["outcome"] == {"outcome": "selected", "optionId": "once"}
+    assert TraceEvent.objects.filter(run=run, task_key="r1.1", event="approval_granted").exists()

@@ -17,7 +17,7 @@ import pytest
 
 from agents.registry import register
 from runs import kernel
-from runs.kernel.approvals import call_digest
+from runs.kernel import call_digest
 from runs.models import Run, Task
 from tests.conftest import ROOT, Team, wait_for
 from tests.harness.conftest import RECORDS, RoundThread, harness_manifest, start_run

@@ -177,6 +177,16 @@ def test_the_agent_runs_in_a_confined_child_process_never_in_the_worker(harness_
     assert "oz0_test_pydantic_agents" not in sys.modules and "pydantic_ai" not in sys.modules
 
 
+@pytest.mark.spec("F7")
+def test_what_the_agents_code_prints_goes_to_stderr_never_into_the_protocol(harness_team: Team) -> None:
+    run, thread = start_run(harness_team, _manifest("pa-chatty", "chatty"))
+    thread.join(SLOW)
+    run = _settled(run)
+    assert run.status == "completed" and run.output == "said my piece"
+    stderr = Task.objects.get(run=run, key="r1").result["stderr"]
+    assert "a print on stdout" in stderr and "and a write on descriptor 1" in stderr
+
+
 @pytest.mark.spec("F7", "F9")
 def test_an_agent_that_kills_its_process_takes_down_only_its_bridge(harness_team: Team) -> None:
     run, thread = start_run(harness_team, _manifest("pa-exits", "exits"))

@@ -33,14 +33,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 UNAVAILABLE_EXIT = 69
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (HERE, ROOT)]
 sys.path[:0] = [*filter(None, os.environ.get("OZ0_AGENT_PATH", "").split(os.pathsep))]
+# The protocol keeps stdout to itself: it goes on a descriptor of its own, and whatever the agent's
+# code prints (to stdout, or fd 1) lands on stderr with its logs.
+_protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
 
 _out = threading.Lock()
 
 
 def send(message: dict[str, Any]) -> None:
     with _out:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
+        _protocol.write(json.dumps(message) + "\n")
+        _protocol.flush()
 
 
 class Canceled(Exception):
@@ -206,7 +211,7 @@ def check(target: str) -> None:
 
     load(target)
     module = sys.modules[target.partition(":")[0]]
-    print(json.dumps({"agents": sorted(name for name, value in vars(module).items() if isinstance(value, Agent))}))
+    send({"agents": sorted(name for name, value in vars(module).items() if isinstance(value, Agent))})
 
 
 def main() -> None:

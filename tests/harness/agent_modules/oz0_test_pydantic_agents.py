@@ -146,3 +146,12 @@ def wait_for_the_mainframe() -> str:
     with open(BLOCKING_RECORD, "w") as record:
         json.dump({"started": 0, "finished": time.time()}, record)
     return "done"
+
+
+def _chatty(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    print("a print on stdout, which the protocol keeps to itself")
+    os.write(1, b"and a write on descriptor 1\n")
+    return ModelResponse(parts=[TextPart("said my piece")])
+
+
+chatty = Agent(FunctionModel(_chatty))

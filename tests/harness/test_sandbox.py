@@ -119,3 +119,26 @@ def test_a_machine_that_cannot_confine_a_harness_fails_it_unavailable(harness_te
     thread.join(SLOW)
     round_task = Task.objects.get(run=run, key="r1")
     assert round_task.error_key == "harness_unavailable" and "OZ0_HARNESS_USER" in round_task.error_detail
+
+
+@pytest.mark.spec("F7", "S22")
+def test_a_version_registered_with_a_command_before_programs_runs_nothing(harness_team: Team) -> None:
+    """A version stored while manifests could name a command: its round fails typed, and the
+    command never runs."""
+    from agents.models import Agent, AgentVersion
+    from runs import kernel
+    from tests.harness.conftest import RoundThread
+
+    marker = RECORDS / f"ran-{uuid.uuid4().hex}"
+    harness = {"kind": "jsonl", "command": ["/bin/touch", str(marker)], "env": {}}
+    manifest = {"name": "old-command", "model": "harness:jsonl", "tools": [], "failures": [], "harness": harness}
+    manifest |= {"approval": {"mode": "bypass", "rules": []}, "instructions": "", "fallback_models": [], "tool_on_failure": {}}
+    agent = Agent.objects.create(workspace=harness_team.workspace, name="old-command")
+    AgentVersion.objects.create(agent=agent, version=1, manifest_text="", manifest=manifest, digest="0" * 64)
+    run, _ = kernel.create_run(
+        workspace=harness_team.workspace, user=harness_team.users["operator"], body={"agent": "old-command"}
+    )
+    RoundThread(run).join(SLOW)
+    round_task = Task.objects.get(run=run, key="r1")
+    assert round_task.error_key == "harness_unavailable" and "OZ0_HARNESS_PROGRAMS" in round_task.error_detail
+    assert not marker.exists()

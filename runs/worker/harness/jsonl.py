@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -74,7 +75,9 @@ def run(session: HarnessSession) -> Any:
 def confined(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str], reads: Iterable[Path]) -> Confined:
     """The harness process's confinement; a machine that cannot confine it is `harness_unavailable`."""
     try:
-        return confine(argv, {"PYTHONUNBUFFERED": "1", **env}, reads=reads, label=f"{session.run.pk}-{session.task.key}")
+        # The folder's name says whose it is, short enough for a unix socket's path inside it.
+        label = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{str(session.run.pk)[:8]}-{session.task.key}")[:32]
+        return confine(argv, {"PYTHONUNBUFFERED": "1", **env}, reads=reads, label=label)
     except SandboxUnavailable as error:
         raise HarnessUnavailable(f"the harness cannot be confined here: {error}") from None
 

@@ -142,3 +142,20 @@ def test_a_version_registered_with_a_command_before_programs_runs_nothing(harnes
     round_task = Task.objects.get(run=run, key="r1")
     assert round_task.error_key == "harness_unavailable" and "OZ0_HARNESS_PROGRAMS" in round_task.error_detail
     assert not marker.exists()
+
+
+@pytest.mark.spec("F7")
+def test_the_folders_of_harnesses_whose_worker_died_are_removed(harness_team: Team) -> None:
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = Path(tempfile.gettempdir()) / f"oz0-harness-{gone.pid}-r1-orphan"
+    orphan.mkdir()
+    (orphan / "left").write_text("by a worker that was killed")
+    mine = Path(tempfile.mkdtemp(prefix=f"oz0-harness-{os.getpid()}-r9-"))
+    try:
+        _probe(harness_team, "probe-orphans", "probe", [])
+        assert not orphan.exists() and mine.exists()  # a live worker's folder stays
+    finally:
+        mine.rmdir()

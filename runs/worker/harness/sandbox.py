@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import sys
 import tempfile
@@ -133,7 +134,8 @@ def confine(argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path
             "or set OZ0_HARNESS_SANDBOX=user on a worker running as root"
         )
     user = _harness_user() if root else None
-    job_dir = Path(tempfile.mkdtemp(prefix=f"oz0-harness-{label}-"))
+    remove_orphans()
+    job_dir = Path(tempfile.mkdtemp(prefix=f"oz0-harness-{os.getpid()}-{label}-"))
     if user is not None:
         os.chown(job_dir, user.pw_uid, user.pw_gid)
     job_dir.chmod(0o700)
@@ -157,6 +159,28 @@ def confine(argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path
         privileges = ["--unshare-user", "--cap-drop", "ALL"]
     command = [bwrap, "--die-with-parent", *namespaces, *privileges, *binds, "--chdir", "/", "--", *launcher, *argv]
     return Confined(command, environment, job_dir)
+
+
+ORPHAN = re.compile(r"^oz0-harness-(\d+)-")
+
+
+def remove_orphans() -> None:
+    """Remove the folders of harnesses whose worker died before it could (a kill, a crash): each
+    folder's name carries its worker's process id."""
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:
+        return
+    for name in names:
+        found = ORPHAN.match(name)
+        if found is None or int(found.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(found.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
 
 
 def _harness_user() -> pwd.struct_passwd:

@@ -273,3 +273,40 @@ def test_a_call_made_while_the_run_is_paused_waits_for_the_resume(harness_team: 
     thread.join()
     run = _settled(run)
     assert run.status == "completed" and run.output["value"] == "after the pause"
+
+
+@pytest.mark.spec("F7", "S5")
+def test_oz_approval_under_bypass_is_granted_at_once_bound_to_the_calls_digest(harness_team: Team) -> None:
+    args = {"path": "/srv/app", "force": True}
+    script = [{"call": "oz.approval", "args": {"tool": "wipe_cache", "args": args}}, {"done": "$last"}]
+    run, thread = start_run(harness_team, jsonl_manifest("jl-native-bypass", script))
+    thread.join()
+    run = _settled(run)
+    digest = kernel.call_digest("wipe_cache", args)
+    assert run.status == "completed" and run.output["value"] == {"approved": True, "digest": digest}
+    granted = Task.objects.get(run=run, key="r1.1")
+    assert (granted.kind, granted.status, granted.spec["native"], granted.approved_digest) == ("tool", "completed", True, digest)
+    event = TraceEvent.objects.get(run=run, task_key="r1.1", event="approval_granted")
+    assert event.data == {"by": "bypass", "digest": digest}
+
+
+@pytest.mark.spec("F7", "S22")
+def test_an_approval_oz0_cannot_make_is_refused_to_the_agent(harness_team: Team) -> None:
+    for index, asked in enumerate(
+        [
+            {"tool": "oz.fail", "args": {}},
+            {"tool": "", "args": {}},
+            {"tool": "x" * 201, "args": {}},
+            {"tool": "wipe", "args": "everything"},
+            {"tool": "wipe", "args": {"a": "\u0000"}},
+            {"args": {}},
+        ]
+    ):
+        run, thread = start_run(
+            harness_team, jsonl_manifest(f"jl-native-bad-{index}", [{"call": "oz.approval", "args": asked}, {"done": "$last"}])
+        )
+        thread.join()
+        run = _settled(run)
+        assert run.status == "completed" and run.output["ok"] is False, (asked, run.output)
+        assert run.output["failure"]["error"] == "round_expansion_refused", asked
+        assert not Task.objects.filter(run=run, key="r1.1").exists(), asked

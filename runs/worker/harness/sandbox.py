@@ -217,7 +217,9 @@ def _bwrap_binds(reads: Iterable[Path], job_dir: Path) -> list[str]:
     args += ["--perms", "0755", "--dir", "/etc"]
     for name in ETC_READS:
         args += ["--ro-bind-try", name, name]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", "--tmpfs", "/tmp"]
+    # /tmp is memory: it holds at most what the process may hold.
+    size = ["--size", str(int(settings.OZ0_HARNESS_MEMORY_MB) * 1024 * 1024)] if settings.OZ0_HARNESS_MEMORY_MB > 0 else []
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", *size, "--tmpfs", "/tmp"]
     # Paths that exist in the sandbox as they do outside (a bind shows the host's folder), and the
     # mount points whose insides the sandbox makes up (the root and /tmp are empty file systems).
     bound = [Path(p) for p in (*SYSTEM_READS, *ETC_READS, "/proc", "/dev")]

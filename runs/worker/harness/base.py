@@ -85,12 +85,6 @@ class CallResult:
             return {"type": "result", "id": call_id, "ok": True, "value": self.value}
         return {"type": "result", "id": call_id, "ok": False, "failure": self.failure}
 
-    def as_text(self) -> str:
-        """For frameworks whose tools answer text: the value, or the failure's label as JSON."""
-        if self.ok:
-            return self.value if isinstance(self.value, str) else json.dumps(self.value, sort_keys=True)
-        return json.dumps(self.failure, sort_keys=True)
-
 
 def refused(detail: str) -> CallResult:
     """A call oz0 would not author (a tool the agent does not list, args that cannot be stored)."""

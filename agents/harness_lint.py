@@ -3,10 +3,15 @@
     harness: oz0                                   # the default: oz0's own round loop
     harness: {pydantic_ai: "pkg.module:agent"}     # a Pydantic AI Agent object
     harness: {openai_agents: "pkg.module:agent"}   # an OpenAI Agents SDK Agent object
-    harness: {acp: {command: [...], env: {...}}}   # an ACP agent process, oz.fail on its oz0 MCP server
-    harness: {jsonl: {command: [...], env: {...}}} # a process speaking oz0's JSON-lines protocol v1
+    harness: {acp: {program: NAME, env: {...}}}    # an ACP agent process, oz.fail on its oz0 MCP server
+    harness: {jsonl: {program: NAME, env: {...}}}  # a process speaking oz0's JSON-lines protocol v1
 
-Normalized to `{"kind": ..., "target": ...}` or `{"kind": ..., "command": [...], "env": {...}}`; the
+The installer, never a workspace, decides what code runs (`agents.harness_programs`): a program is
+one the installer lists in OZ0_HARNESS_PROGRAMS (a manifest's own `command:` is refused), and an
+import target's module lies under OZ0_HARNESS_MODULES and imports, which a confined child process
+checks (never this process: importing runs the module's code).
+
+Normalized to `{"kind": ..., "target": ...}` or `{"kind": ..., "program": ..., "env": {...}}`; the
 default (`oz0`) is left out of the normalized manifest, so manifests without the field keep their digest.
 """
 
@@ -16,21 +21,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from agents.harness_programs import ProgramsFileError, programs, reserved_env
 from agents.parsing import Lines, Problem
+from runs.worker.harness.bridges import check_target, target_refusal
 
 HARNESS_KINDS = ("oz0", "pydantic_ai", "openai_agents", "acp", "jsonl")
 TARGET_KINDS = ("pydantic_ai", "openai_agents")
 PROCESS_KINDS = ("acp", "jsonl")
 TARGET_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-COMMAND_ITEMS_MAX = 64
-ARGUMENT_MAX = 4096
 SHAPE = 'must be `oz0`, or one of {pydantic_ai: "pkg.module:agent"}, {openai_agents: "pkg.module:agent"}, ' + (
-    "{acp: {command: [...], env: {...}}}, {jsonl: {command: [...], env: {...}}}"
+    "{acp: {program: NAME, env: {...}}}, {jsonl: {program: NAME, env: {...}}}"
+)
+COMMAND_REFUSED = (
+    "oz0 runs only programs the installer lists in OZ0_HARNESS_PROGRAMS: name one with `program: NAME` "
+    "(a manifest's own `command:` is refused)"
 )
 
 
-def lint_harness(raw: Any, lines: Lines, errors: list[Problem]) -> dict[str, Any] | None:
+def lint_harness(raw: Any, lines: Lines, errors: list[Problem], warnings: list[Problem]) -> dict[str, Any] | None:
     """The normalized harness, or None for oz0's own loop (also when the field is in error)."""
 
     def error(path: tuple[Any, ...], where: str, message: str) -> None:
@@ -53,44 +62,66 @@ def lint_harness(raw: Any, lines: Lines, errors: list[Problem]) -> dict[str, Any
         if not isinstance(value, str) or not TARGET_PATTERN.match(value) or len(value) > 300:
             error((kind,), where, "must name the agent object as `package.module:attribute`")
             return None
+        refusal = target_refusal(value)
+        if refusal is not None:
+            error((kind,), where, refusal)
+            return None
+        checked = check_target(kind, value)
+        if checked.ok is False:
+            error((kind,), where, f"{value!r} cannot be loaded: {checked.detail}")
+            return None
+        if checked.ok is None:
+            warnings.append(Problem(lines.at("harness", kind), where, f"{value!r} {checked.detail}"))
         return {"kind": kind, "target": value}
     if not isinstance(value, Mapping):
-        error((kind,), where, "must be {command: [program, arguments...], env: {NAME: value}}")
+        error((kind,), where, "must be {program: NAME, env: {NAME: value}}")
+        return None
+    if "command" in value:
+        error((kind, "command"), f"{where}.command", COMMAND_REFUSED)
         return None
     ok = True
-    unknown = set(value) - {"command", "env"}
+    unknown = set(value) - {"program", "env"}
     if unknown:
-        error((kind,), where, f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}; it holds `command` and `env`")
+        error((kind,), where, f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}; it holds `program` and `env`")
         ok = False
-    command = value.get("command")
-    if not isinstance(command, list) or not command or len(command) > COMMAND_ITEMS_MAX:
-        error(
-            (kind, "command"),
-            f"{where}.command",
-            f"must be a list of 1 to {COMMAND_ITEMS_MAX} strings: the program, then its arguments",
-        )
+    name = value.get("program")
+    if not isinstance(name, str) or not name:
+        error((kind, "program"), f"{where}.program", "must name a program the installer lists in OZ0_HARNESS_PROGRAMS")
         ok = False
     else:
-        for index, part in enumerate(command):
-            if not isinstance(part, str) or not part or len(part) > ARGUMENT_MAX or "\x00" in part:
-                error(
-                    (kind, "command", index),
-                    f"{where}.command[{index}]",
-                    f"must be a non-empty string of at most {ARGUMENT_MAX} characters",
-                )
-                ok = False
+        try:
+            allowed = programs()
+        except ProgramsFileError as broken:
+            error((kind, "program"), f"{where}.program", f"cannot be checked: {broken}")
+            allowed = None
+            ok = False
+        if allowed is not None and name not in allowed:
+            names = ", ".join(sorted(allowed)) or "none"
+            error(
+                (kind, "program"),
+                f"{where}.program",
+                f"{name!r} is no program the installer allows (OZ0_HARNESS_PROGRAMS; allowed here: {names})",
+            )
+            ok = False
     env = value.get("env", {}) or {}
     if not isinstance(env, Mapping):
         error((kind, "env"), f"{where}.env", "must be a mapping of variable names to text")
         ok = False
     else:
-        for name, text in env.items():
-            if not isinstance(name, str) or not ENV_NAME_PATTERN.match(name):
-                error((kind, "env", name), f"{where}.env", f"{name!r} is not an environment variable name")
+        for variable, text in env.items():
+            if not isinstance(variable, str) or not ENV_NAME_PATTERN.match(variable):
+                error((kind, "env", variable), f"{where}.env", f"{variable!r} is not an environment variable name")
+                ok = False
+            elif reserved_env(variable):
+                error(
+                    (kind, "env", variable),
+                    f"{where}.env.{variable}",
+                    "is set by oz0 or changes what code the program loads; only the installer's programs file may set it",
+                )
                 ok = False
             elif not isinstance(text, str):
-                error((kind, "env", name), f"{where}.env.{name}", "must be text (quote numbers and booleans)")
+                error((kind, "env", variable), f"{where}.env.{variable}", "must be text (quote numbers and booleans)")
                 ok = False
-    if not ok or not isinstance(command, list) or not isinstance(env, Mapping):
+    if not ok or not isinstance(env, Mapping):
         return None
-    return {"kind": kind, "command": [str(part) for part in command], "env": {str(k): str(v) for k, v in env.items()}}
+    return {"kind": kind, "program": name, "env": {str(k): str(v) for k, v in env.items()}}

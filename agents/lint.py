@@ -112,11 +112,13 @@ def lint(text: Any) -> Linted:
         errors.extend(flow_errors)
         return Linted(flow if not errors else None, errors, warnings)
 
-    harness = lint_harness(data.get("harness"), lines, errors)
+    harness = lint_harness(data.get("harness"), lines, errors, warnings)
     model = data.get("model")
     if model is None and harness is not None:
         # A harnessed agent's framework chooses its model; the round's route only names the harness.
         model = f"harness:{harness['kind']}"
+    elif model is None and data.get("harness") not in (None, "oz0"):
+        pass  # a harness in error: its own errors say what is wrong, not a model it never needed
     elif model is None:
         error(("model",), "model", "is required: the model route the agent's rounds call (e.g. `openai:gpt-4o-mini`)")
     elif (why := _route_problem(model)) is not None:

@@ -4,6 +4,7 @@ under the supervisor until Ctrl-C or one of them exits."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import time
@@ -38,6 +39,11 @@ def cmd_up(args: list[str]) -> int:
         say("the test.* tools are installed (--demo or OZ0_TEST_TOOLS=1): for trying oz0, never for a real install")
     with services():
         django.setup()
+        if settings.OZ0_HARNESS_SANDBOX == "bwrap" and shutil.which("bwrap") is None:
+            say(
+                "bubblewrap is not installed: agents written in frameworks (F7) fail harness_unavailable until it is "
+                "(Debian: apt-get install bubblewrap; docs/harnesses.md)"
+            )
         started = time.monotonic()
         # Static files first: whitenoise indexes them when the web process starts. The web
         # process then boots while the database is migrated and the demo loaded.

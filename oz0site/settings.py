@@ -4,6 +4,7 @@ Every value a deployment changes comes from an environment variable; a bad
 value fails loudly at start with the variable's name (see `oz0site.config`).
 """
 
+import os
 from pathlib import Path
 
 import environ
@@ -231,6 +232,32 @@ OZ0_TREE_MAX_DEPTH = env.int("OZ0_TREE_MAX_DEPTH", default=4)
 OZ0_TREE_MAX_CHILDREN = env.int("OZ0_TREE_MAX_CHILDREN", default=16)
 # Beat's sweep, run by a worker of the default queue, stamps this; /healthz reads it.
 OZ0_WORKER_HEARTBEAT_KEY = env.str("OZ0_WORKER_HEARTBEAT_KEY", default=f"oz0:worker-heartbeat:{CELERY_TASK_DEFAULT_QUEUE}")
+
+# Agents written in frameworks (F7, docs/harnesses.md): the installer, never a workspace, decides
+# what code they run, and each harness process is confined (runs/worker/harness/sandbox.py).
+# A YAML file of programs a `jsonl`/`acp` harness may name (`name: [argv...]` or `name: {argv, env}`).
+OZ0_HARNESS_PROGRAMS = env.str("OZ0_HARNESS_PROGRAMS", default="")
+# Module prefixes a `pydantic_ai`/`openai_agents` target must lie under (comma-separated).
+OZ0_HARNESS_MODULES = [m.strip() for m in env.str("OZ0_HARNESS_MODULES", default="").split(",") if m.strip()]
+# The shipped examples' programs and modules (agents/examples/); off for a production install.
+OZ0_HARNESS_EXAMPLES = env.bool("OZ0_HARNESS_EXAMPLES", default=True)
+# Where those modules are found besides the installed packages (os.pathsep-separated folders).
+OZ0_AGENT_PATH = [p for p in env.str("OZ0_AGENT_PATH", default="").split(os.pathsep) if p]
+# `bwrap`: each harness process in a bubblewrap sandbox (its own mounts and process ids), as
+# OZ0_HARNESS_USER when the worker is root; `user`: only switched to OZ0_HARNESS_USER (root workers).
+OZ0_HARNESS_SANDBOX = env.str("OZ0_HARNESS_SANDBOX", default="bwrap")
+if OZ0_HARNESS_SANDBOX not in ("bwrap", "user"):
+    raise ConfigurationError(f"OZ0_HARNESS_SANDBOX must be `bwrap` or `user`, not {OZ0_HARNESS_SANDBOX!r}")
+OZ0_HARNESS_USER = env.str("OZ0_HARNESS_USER", default="nobody")
+# Each harness process's limits: CPU seconds, writable memory (MiB), processes and threads of the
+# harness user at once (RLIMIT_NPROC counts per user: every harness together). 0: no limit.
+OZ0_HARNESS_CPU_SECONDS = env.int("OZ0_HARNESS_CPU_SECONDS", default=600)
+OZ0_HARNESS_MEMORY_MB = env.int("OZ0_HARNESS_MEMORY_MB", default=4096)
+OZ0_HARNESS_PROCESSES = env.int("OZ0_HARNESS_PROCESSES", default=1024)
+# Off: a bwrap sandbox gets no network at all (an agent whose model is remote needs it on).
+OZ0_HARNESS_NETWORK = env.bool("OZ0_HARNESS_NETWORK", default=True)
+# Folders every harness process may write besides its own temporary one (comma-separated).
+OZ0_HARNESS_WRITABLE = [p.strip() for p in env.str("OZ0_HARNESS_WRITABLE", default="").split(",") if p.strip()]
 
 # Notifications (notify/): e-mail through Django's backend (the console's by default; SMTP when
 # EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend and EMAIL_HOST...); the links in a

@@ -154,7 +154,9 @@ def round_call(
     tool_timeouts: Mapping[str, float] | None = None,
 ) -> tuple[str | None, str | None]:
     """A harness still running its round asks for one call (F7): a registry tool or a delegating
-    built-in (`{"tool", "args"}`; the latter a delegate task, F14) or a person's answer (`{"ask": question}`), authored as the round's next `<round>.<n>` task and
+    built-in (`{"tool", "args"}`; the latter a delegate task, F14), a person's answer (`{"ask": question}`)
+    or the approval of a tool of the framework's own (`{"native": name, "args"}`: a tool task marked
+    `native` that only crosses the approval stage), authored as the round's next `<round>.<n>` task and
     started as a fan's calls are (the approval stage, the inbox, the park clock), while the round
     stays running and its harness waits for the answer (the round does not wait on it in the graph).
 
@@ -177,6 +179,21 @@ def round_call(
                 after=[],
                 on_failure="absorb",
                 spec={"question": question},
+                composed=True,
+                lineage=task.lineage,
+            )
+        elif "native" in call:
+            native_refusal = _native_refusal(call)
+            if native_refusal is not None:
+                return None, native_refusal
+            # A framework asks before running a tool of its own: the call's digest crosses the
+            # approval stage; granted, the task completes without any worker running anything.
+            spec = TaskSpec(
+                key=key,
+                kind="tool",
+                after=[],
+                on_failure="absorb",
+                spec={"tool": call["native"], "args": dict(call.get("args") or {}), "native": True},
                 composed=True,
                 lineage=task.lineage,
             )
@@ -203,9 +220,29 @@ def round_call(
             )
         task.state = {**task.state, "authored": counter}
         Task.objects.filter(pk=task.pk).update(state=task.state)
-        txn.event(task.key, "harness_call", data={"key": key, "tool": spec.spec.get("tool", "oz.ask")})
+        txn.event(task.key, "harness_call", data={"key": key, "tool": spec.spec.get("tool", "oz.ask"), **_native_mark(spec.spec)})
         add_tasks(txn, [spec])
         return key, None
+
+
+NATIVE_TOOL_MAX = 200
+
+
+def _native_refusal(call: Mapping[str, Any]) -> str | None:
+    name, args = call.get("native"), call.get("args", {})
+    if not isinstance(name, str) or not name.strip() or len(name) > NATIVE_TOOL_MAX or name.startswith("oz."):
+        return f"an approval needs the name of one of the agent's own tools (at most {NATIVE_TOOL_MAX} characters, not oz.*)"
+    if not isinstance(args, Mapping):
+        return "the call's args are not an object"
+    try:
+        check_storable(args)
+    except InvalidRequest as error:
+        return f"the call's args cannot be stored: {error.detail}"
+    return None
+
+
+def _native_mark(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {"native": True} if spec.get("native") else {}
 
 
 def round_oz_fail(claimed: Claimed, kind: Any, message: Any, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:

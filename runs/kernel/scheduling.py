@@ -183,6 +183,20 @@ def start(txn: Txn, task: Task) -> None:
     if task.kind == "tool":
         if task.composed and not approval_granted(txn, task):
             return
+        if task.spec.get("native"):
+            # The approval a framework asked for before running a tool of its own (F7): granted,
+            # it is the call's answer; nothing runs here.
+            txn.move(
+                task,
+                TaskStatus.COMPLETED,
+                ready=False,
+                attempt=task.attempt + 1,
+                started_at=txn.now,
+                finished_at=txn.now,
+                result={"value": {"approved": True, "digest": task.approved_digest}},
+            )
+            release(txn, [task.key])
+            return
         tool = get_tool(task.spec["tool"])
         if tool is None:
             txn.move(

@@ -21,6 +21,7 @@ AGENTS_MAY_IMPORT_FROM_RUNS = {
     "runs.tools": "the tool registry, which says whether a listed tool is served here",
     "runs.permissions": "role_of / has_write_standing: who may read and register",
     "runs.schemas": "ErrorOut, the API's error shape",
+    "runs.worker.harness.bridges": "lint asks a confined bridge whether an import target loads (never this process)",
 }
 # The layers of agents/ nothing in runs/ may import.
 RUNS_MAY_NOT_IMPORT = ("agents.api", "agents.access", "agents.management")

@@ -84,3 +84,14 @@ def test_it_registers_the_agents_as_the_demo_workspaces(no_dispatch: list[int]) 
     assert set(Agent.objects.filter(name__in=["triage", "assistant", "reviewer"]).values_list("workspace__slug", flat=True)) == {
         "demo"
     }
+
+
+@pytest.mark.django_db
+def test_it_loads_the_demo_without_the_example_harnesses(settings: Any, no_dispatch: list[int]) -> None:
+    """A production install turns the examples' code off (OZ0_HARNESS_EXAMPLES=0): the demo still
+    loads, without the harnessed example agents, whose programs and modules are then not allowed."""
+    settings.OZ0_HARNESS_EXAMPLES = False
+    call_command("demo", stdout=StringIO())
+    markers = set(Run.objects.filter(workspace__slug="demo").values_list("input__demo", flat=True))
+    assert {"completed", "agent:triage"} <= markers
+    assert not {"agent:jsonl-triage", "agent:acp-triage", "agent:pydantic-triage", "agent:openai-triage"} & markers

@@ -9,7 +9,7 @@ import sys
 import time
 
 import acp
-from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
+from acp.schema import InitializeResponse, NewSessionResponse, PermissionOption, PromptResponse, ToolCallUpdate
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -60,6 +60,24 @@ class ScriptedAgent:
                         call.cancel()
                         return PromptResponse(stop_reason="cancelled")
                     last = call.result().content[0].text
+                elif "permission" in step:
+                    # Ask the client before a tool call of the agent's own; say what it answered.
+                    asked = asyncio.ensure_future(
+                        self.conn.request_permission(
+                            session_id=session_id,
+                            tool_call=ToolCallUpdate(tool_call_id="t1", **step["permission"]),
+                            options=[
+                                PermissionOption(option_id="always", name="Always allow", kind="allow_always"),
+                                PermissionOption(option_id="once", name="Allow", kind="allow_once"),
+                                PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+                            ],
+                        )
+                    )
+                    waiter = asyncio.ensure_future(self.canceled.wait())
+                    await asyncio.wait([asked, waiter], return_when=asyncio.FIRST_COMPLETED)
+                    if self.canceled.is_set():
+                        return PromptResponse(stop_reason="cancelled")
+                    last = json.dumps(asked.result().model_dump(mode="json", by_alias=True, exclude_none=True))
                 elif "say" in step:
                     text = last if step["say"] == "$last" else step["say"]
                     await self.conn.session_update(session_id, acp.update_agent_message_text(text))

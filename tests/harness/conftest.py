@@ -1,16 +1,26 @@
 """Harnessed agents driven offline: the manifest registered through the registry, the run created
 through the kernel, and its round run by the worker's own code (`execute_task`: claim, heartbeat,
-adapter, report) in a thread, while the test plays the person (approve, deny, answer, cancel)."""
+adapter, report) in a thread, while the test plays the person (approve, deny, answer, cancel).
+
+The suite is its own installer: its programs (tests/harness/programs.yaml), the modules of
+tests/harness/agent_modules/, and a folder every harness may write its records to (RECORDS), set
+when this file loads, so the live stack's workers, started later, get them too."""
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
+import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from agents.registry import register
@@ -20,7 +30,27 @@ from runs.worker.execution import execute_task
 from tests.conftest import Team
 
 NOT_FOUND = [{"kind": "not_found", "description": "The issue does not exist", "person": True}]
-SCRIPTED = str(Path(__file__).with_name("scripted_harness.py"))
+HERE = Path(__file__).parent
+# Folders under /tmp: a harness user may reach them (pytest's own temporary folders are root's alone).
+RECORDS = Path(tempfile.mkdtemp(prefix="oz0-harness-records-"))
+RECORDS.chmod(0o777)
+atexit.register(shutil.rmtree, RECORDS, True)
+INSTALLED = {
+    "OZ0_HARNESS_PROGRAMS": str(HERE / "programs.yaml"),
+    "OZ0_HARNESS_MODULES": "oz0_test_sdk_agents,oz0_test_pydantic_agents",
+    "OZ0_AGENT_PATH": str(HERE / "agent_modules"),
+    "OZ0_HARNESS_WRITABLE": str(RECORDS),
+}
+os.environ.update(INSTALLED)
+settings.OZ0_HARNESS_PROGRAMS = INSTALLED["OZ0_HARNESS_PROGRAMS"]
+settings.OZ0_HARNESS_MODULES = INSTALLED["OZ0_HARNESS_MODULES"].split(",")
+settings.OZ0_AGENT_PATH = [INSTALLED["OZ0_AGENT_PATH"]]
+settings.OZ0_HARNESS_WRITABLE = [INSTALLED["OZ0_HARNESS_WRITABLE"]]
+
+
+def record_path() -> Path:
+    """A file a harness process may write its record to, and the test read."""
+    return RECORDS / f"{uuid.uuid4().hex}.jsonl"
 
 
 def harness_manifest(
@@ -50,12 +80,12 @@ def jsonl_manifest(
     tools: list[str] | None = None,
     approval: str = "bypass",
     failures: list[dict[str, Any]] | None = None,
-    command: list[str] | None = None,
+    program: str = "scripted",
 ) -> str:
     env = {"OZ0_TEST_SCRIPT": json.dumps(script)}
     if record is not None:
         env["OZ0_TEST_RECORD"] = str(record)
-    harness = {"jsonl": {"command": command or ["python", SCRIPTED], "env": env}}
+    harness = {"jsonl": {"program": program, "env": env}}
     return harness_manifest(name, harness, tools=tools, approval=approval, failures=failures)
 
 

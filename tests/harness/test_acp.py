@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from runs import kernel
-from runs.models import Run, Task
+from runs.kernel import call_digest
+from runs.models import Run, Task, TraceEvent
 from tests.conftest import Team, wait_for
-from tests.harness.conftest import harness_manifest, records, start_run
+from tests.harness.conftest import RoundThread, harness_manifest, record_path, records, start_run
 from tests.runs.driver import drive
 
-AGENT = str(Path(__file__).with_name("acp_test_agent.py"))
 SLOW = 60
 
 
@@ -24,7 +24,7 @@ def _manifest(name: str, script: list[dict[str, Any]], *, record: Path | None = 
     env = {"OZ0_TEST_SCRIPT": json.dumps(script)}
     if record is not None:
         env["OZ0_TEST_RECORD"] = str(record)
-    return harness_manifest(name, {"acp": {"command": ["python", AGENT], "env": env}}, **kwargs)
+    return harness_manifest(name, {"acp": {"program": "acp-scripted", "env": env}}, **kwargs)
 
 
 def _settled(run: Run) -> Run:
@@ -33,8 +33,8 @@ def _settled(run: Run) -> Run:
 
 
 @pytest.mark.spec("F7", "F6", "F10", "F11", "F18")
-def test_fail_on_the_oz0_mcp_server_ends_the_job_with_a_declared_kind(harness_team: Team, tmp_path: Path) -> None:
-    record = tmp_path / "record.jsonl"
+def test_fail_on_the_oz0_mcp_server_ends_the_job_with_a_declared_kind(harness_team: Team) -> None:
+    record = record_path()
     script = [{"tool": "fail", "args": {"kind": "not_found", "message": "issue 9 is not in the tracker"}}]
     run, thread = start_run(harness_team, _manifest("acp-declared", script, record=record, tools=["test.echo"]), {"issue": 9})
     thread.join(SLOW)
@@ -100,8 +100,8 @@ def test_a_tool_call_under_ask_waits_in_the_inbox_and_approve_and_deny_reach_the
 
 
 @pytest.mark.spec("F7", "S29")
-def test_session_cancel_reaches_the_agent_within_two_seconds(harness_team: Team, tmp_path: Path) -> None:
-    record = tmp_path / "record.jsonl"
+def test_session_cancel_reaches_the_agent_within_two_seconds(harness_team: Team) -> None:
+    record = record_path()
     run, thread = start_run(harness_team, _manifest("acp-cancel", [{"wait": True}], record=record))
     wait_for(lambda: [n for n in records(record) if n["event"] == "tools"], timeout=SLOW, message="the agent's turn")
     asked = time.time()
@@ -116,7 +116,7 @@ def test_session_cancel_reaches_the_agent_within_two_seconds(harness_team: Team,
 @pytest.mark.spec("F7", "F9", "S22")
 def test_a_crashed_agent_and_a_missing_one_fail_typed(harness_team: Team) -> None:
     crashed, first = start_run(harness_team, _manifest("acp-crash", [{"crash": 3}]))
-    missing, second = start_run(harness_team, harness_manifest("acp-missing", {"acp": {"command": ["/nonexistent/acp-agent"]}}))
+    missing, second = start_run(harness_team, harness_manifest("acp-missing", {"acp": {"program": "not-installed"}}))
     first.join(SLOW)
     second.join(SLOW)
     round_task = Task.objects.get(run=crashed, key="r1")
@@ -144,12 +144,12 @@ def test_the_example_acp_agent_runs_offline(harness_team: Team) -> None:
 
 
 @pytest.mark.spec("F7", "F14")
-def test_each_tool_has_its_own_schema_and_an_acp_agent_delegates_with_plain_arguments(harness_team: Team, tmp_path: Path) -> None:
+def test_each_tool_has_its_own_schema_and_an_acp_agent_delegates_with_plain_arguments(harness_team: Team) -> None:
     from agents.registry import register
     from tests.harness.conftest import RoundThread, jsonl_manifest
 
     register(jsonl_manifest("acp-helper", [{"done": {"answer": 42}}]), workspace=harness_team.workspace)
-    record = tmp_path / "record.jsonl"
+    record = record_path()
     script = [{"tool": "oz__delegate", "args": {"agent": "acp-helper", "input": {"q": 1}}}, {"say": "$last"}]
     run, thread = start_run(harness_team, _manifest("acp-boss", script, record=record, tools=["oz.delegate", "test.echo"]))
     listed = wait_for(lambda: [n for n in records(record) if n["event"] == "tools"], timeout=SLOW, message="the tool list")[0]
@@ -162,3 +162,60 @@ def test_each_tool_has_its_own_schema_and_an_acp_agent_delegates_with_plain_argu
     thread.join(SLOW)
     run = _settled(run)
     assert run.status == "completed" and json.loads(run.output) == {"answer": 42}
+
+
+PERMISSION = {"kind": "execute", "title": "Run rm -rf build/", "raw_input": {"command": "rm -rf build/"}}
+PERMISSION_ARGS = {"kind": "execute", "title": "Run rm -rf build/", "rawInput": {"command": "rm -rf build/"}}
+
+
+@pytest.mark.spec("F7", "S5", "S14")
+def test_a_permission_request_waits_in_the_inbox_bound_to_its_digest_and_approval_selects_allow_once(harness_team: Team) -> None:
+    script = [{"permission": PERMISSION}, {"say": "$last"}]
+    run, thread = start_run(harness_team, _manifest("acp-permission-yes", script, approval="ask"))
+    call = wait_for(
+        lambda: Task.objects.filter(run=run, key="r1.1", status="needs_approval").first(), timeout=SLOW, message="r1.1"
+    )
+    assert call.spec == {"tool": "acp.execute", "args": PERMISSION_ARGS, "native": True}
+    _, inbox = harness_team.api("operator").get(f"/inbox?workspace={harness_team.slug}")
+    [item] = [i for i in inbox["items"] if i["run"] == str(run.pk)]
+    assert item["digest"] == call_digest("acp.execute", PERMISSION_ARGS)
+    status, _ = harness_team.api("operator").post(f"/runs/{run.pk}/tasks/r1.1/approve", {"digest": item["digest"]})
+    assert status == 200
+    thread.join(SLOW)
+    run = _settled(run)
+    assert run.status == "completed" and json.loads(run.output) == {"outcome": {"outcome": "selected", "optionId": "once"}}
+
+
+@pytest.mark.spec("F7", "S5", "S6", "F14")
+def test_a_denied_permission_selects_reject_with_the_approvers_words(harness_team: Team) -> None:
+    script = [{"permission": PERMISSION}, {"say": "$last"}]
+    run, thread = start_run(harness_team, _manifest("acp-permission-no", script, approval="ask"))
+    wait_for(lambda: Task.objects.filter(run=run, key="r1.1", status="needs_approval").exists(), timeout=SLOW, message="r1.1")
+    operator = harness_team.users["operator"]
+    kernel.deny(run_id=run.pk, key="r1.1", user=operator, reason="not on a Friday")
+    thread.join(SLOW)
+    run = _settled(run)
+    answer = json.loads(run.output)
+    assert answer["outcome"]["outcome"] == "selected" and answer["outcome"]["optionId"] == "no"
+    failure = answer["_meta"]["oz0"]["failure"]
+    assert failure["kind"] == "denied" and failure["message"] == "not on a Friday"
+    assert failure["words_of"] == f"the approver {operator.username}"
+
+
+@pytest.mark.spec("F7", "S5")
+def test_a_permission_the_rules_allow_is_granted_without_a_person(harness_team: Team) -> None:
+    from agents.registry import register
+
+    manifest = json.loads(_manifest("acp-permission-rules", [{"permission": PERMISSION}, {"say": "$last"}]))
+    manifest["approval"] = {
+        "mode": "rules",
+        "rules": [{"tool": "acp.execute", "decision": "allow", "when": {"args.rawInput.command": {"prefix": "rm -rf build/"}}}],
+    }
+    registered = register(json.dumps(manifest), workspace=harness_team.workspace)
+    run, _ = kernel.create_run(
+        workspace=harness_team.workspace, user=harness_team.users["operator"], body={"agent": registered.version.agent.name}
+    )
+    RoundThread(run).join(SLOW)
+    run = _settled(run)
+    assert json.loads(run.output)["outcome"] == {"outcome": "selected", "optionId": "once"}
+    assert TraceEvent.objects.filter(run=run, task_key="r1.1", event="approval_granted").exists()

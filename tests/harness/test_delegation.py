@@ -12,7 +12,7 @@ import pytest
 from agents.registry import register
 from runs.models import Run, Task
 from tests.conftest import Team, wait_for
-from tests.harness.conftest import RoundThread, jsonl_manifest, records, start_run
+from tests.harness.conftest import RoundThread, jsonl_manifest, record_path, records, start_run
 
 
 def _child_of(run: Run) -> Run:
@@ -40,9 +40,9 @@ def _finish(run: Run) -> Run:
 
 
 @pytest.mark.spec("F7", "F14")
-def test_oz_delegate_from_a_harness_starts_a_child_whose_answer_is_the_calls_answer(harness_team: Team, tmp_path: Path) -> None:
+def test_oz_delegate_from_a_harness_starts_a_child_whose_answer_is_the_calls_answer(harness_team: Team) -> None:
     _child_agent(harness_team, "jl-helper", [{"done": {"summary": "all good"}}])
-    record = tmp_path / "record.jsonl"
+    record = record_path()
     run = _delegating(harness_team, "jl-boss", "oz.delegate", {"agent": "jl-helper", "input": {"job": 1}}, record=record)
     child = _child_of(run)
     assert child.agent_name == "jl-helper" and child.input == {"job": 1} and child.depth == 1

@@ -4,7 +4,6 @@ oz.fail, tool calls, questions, cancel and failures go through the kernel like o
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from runs import kernel
 from runs.models import Run, Task, TraceEvent
 from tests.conftest import Team, wait_for
-from tests.harness.conftest import jsonl_manifest, records, start_run
+from tests.harness.conftest import jsonl_manifest, record_path, records, start_run
 from tests.runs.driver import drive
 
 
@@ -137,8 +136,8 @@ def test_oz_ask_waits_for_a_person_and_the_answer_reaches_the_agent(harness_team
 
 
 @pytest.mark.spec("F7", "S6", "S29")
-def test_a_cancel_reaches_the_harness_within_two_seconds(harness_team: Team, tmp_path: Path) -> None:
-    record = tmp_path / "record.jsonl"
+def test_a_cancel_reaches_the_harness_within_two_seconds(harness_team: Team) -> None:
+    record = record_path()
     run, thread = start_run(harness_team, jsonl_manifest("jl-cancel", [{"wait": True}], record=record))
     wait_for(lambda: records(record), timeout=15, message="the harness's start")
     asked = time.time()
@@ -153,8 +152,8 @@ def test_a_cancel_reaches_the_harness_within_two_seconds(harness_team: Team, tmp
 
 
 @pytest.mark.spec("F7", "S29")
-def test_a_harness_that_ignores_the_cancel_line_is_terminated(harness_team: Team, tmp_path: Path) -> None:
-    record = tmp_path / "record.jsonl"
+def test_a_harness_that_ignores_the_cancel_line_is_terminated(harness_team: Team) -> None:
+    record = record_path()
     run, thread = start_run(harness_team, jsonl_manifest("jl-stubborn", [{"wait": True, "ignore_cancel": True}], record=record))
     wait_for(lambda: records(record), timeout=15, message="the harness's start")
     asked = time.monotonic()
@@ -206,7 +205,7 @@ def test_a_message_of_an_unknown_type_fails_typed(harness_team: Team) -> None:
 
 @pytest.mark.spec("F7", "F9", "S22")
 def test_a_harness_that_is_not_installed_is_unavailable(harness_team: Team) -> None:
-    run, thread = start_run(harness_team, jsonl_manifest("jl-missing", [], command=["/nonexistent/oz0-harness"]))
+    run, thread = start_run(harness_team, jsonl_manifest("jl-missing", [], program="not-installed"))
     thread.join()
     run = _settled(run)
     round_task = Task.objects.get(run=run, key="r1")
@@ -274,3 +273,40 @@ def test_a_call_made_while_the_run_is_paused_waits_for_the_resume(harness_team: 
     thread.join()
     run = _settled(run)
     assert run.status == "completed" and run.output["value"] == "after the pause"
+
+
+@pytest.mark.spec("F7", "S5")
+def test_oz_approval_under_bypass_is_granted_at_once_bound_to_the_calls_digest(harness_team: Team) -> None:
+    args = {"path": "/srv/app", "force": True}
+    script = [{"call": "oz.approval", "args": {"tool": "wipe_cache", "args": args}}, {"done": "$last"}]
+    run, thread = start_run(harness_team, jsonl_manifest("jl-native-bypass", script))
+    thread.join()
+    run = _settled(run)
+    digest = kernel.call_digest("wipe_cache", args)
+    assert run.status == "completed" and run.output["value"] == {"approved": True, "digest": digest}
+    granted = Task.objects.get(run=run, key="r1.1")
+    assert (granted.kind, granted.status, granted.spec["native"], granted.approved_digest) == ("tool", "completed", True, digest)
+    event = TraceEvent.objects.get(run=run, task_key="r1.1", event="approval_granted")
+    assert event.data == {"by": "bypass", "digest": digest}
+
+
+@pytest.mark.spec("F7", "S22")
+def test_an_approval_oz0_cannot_make_is_refused_to_the_agent(harness_team: Team) -> None:
+    for index, asked in enumerate(
+        [
+            {"tool": "oz.fail", "args": {}},
+            {"tool": "", "args": {}},
+            {"tool": "x" * 201, "args": {}},
+            {"tool": "wipe", "args": "everything"},
+            {"tool": "wipe", "args": {"a": "\u0000"}},
+            {"args": {}},
+        ]
+    ):
+        run, thread = start_run(
+            harness_team, jsonl_manifest(f"jl-native-bad-{index}", [{"call": "oz.approval", "args": asked}, {"done": "$last"}])
+        )
+        thread.join()
+        run = _settled(run)
+        assert run.status == "completed" and run.output["ok"] is False, (asked, run.output)
+        assert run.output["failure"]["error"] == "round_expansion_refused", asked
+        assert not Task.objects.filter(run=run, key="r1.1").exists(), asked

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Team, wait_for
-from tests.harness.conftest import jsonl_manifest, records
+from tests.conftest import ROOT, LiveStack, Team, wait_for
+from tests.harness.conftest import RECORDS, jsonl_manifest, record_path, records
 
 pytestmark = pytest.mark.live
 
@@ -51,7 +50,7 @@ def test_the_example_jsonl_agent_runs_on_the_worker_and_ends_with_its_declared_k
 
 
 @pytest.mark.spec("F7", "S5", "S6", "S29")
-def test_an_approval_and_a_cancel_reach_a_harness_on_the_worker(live_team: Team, tmp_path: Path) -> None:
+def test_an_approval_and_a_cancel_reach_a_harness_on_the_worker(live_team: Team) -> None:
     script = [{"call": "test.echo", "args": {"value": 41}}, {"done": "$last"}]
     status, body = live_team.api().post(
         "/agents", {"manifest": jsonl_manifest("jl-live-ask", script, tools=["test.echo"], approval="ask")}
@@ -70,8 +69,7 @@ def test_an_approval_and_a_cancel_reach_a_harness_on_the_worker(live_team: Team,
     document = wait_for(lambda: _finished(live_team, run_id), timeout=30, message="the approved run")
     assert document["status"] == "completed" and document["output"]["value"] == 41, document
 
-    record = tmp_path / "record.jsonl"
-    record.touch(mode=0o666)
+    record = record_path()
     status, body = live_team.api().post(
         "/agents", {"manifest": jsonl_manifest("jl-live-cancel", [{"wait": True}], record=record)}
     )
@@ -162,3 +160,35 @@ def test_sessions_waiting_on_people_leave_the_engines_workers_free(live_team: Te
     for run_id in waiting_runs:
         document = wait_for(lambda run_id=run_id: _finished(live_team, run_id), timeout=60, message="an approved session")
         assert document["status"] == "completed" and document["output"]["value"] == 5, document
+
+
+@pytest.mark.spec("F7")
+def test_a_harness_on_the_session_worker_cannot_read_its_environment_or_the_installs_secret(
+    live_team: Team, live: LiveStack
+) -> None:
+    """The attack this closes: an allowed program reads the session worker's /proc/<pid>/environ
+    (the database URL, the secret key) and the install's secret key file. The worker runs as root
+    here, as under `./oz0 up`: the harness runs as OZ0_HARNESS_USER inside its sandbox."""
+    assert live.sessions is not None
+    environ = f"/proc/{live.sessions.pid}/environ"
+    secret = RECORDS / "live-secret_key"
+    secret.write_text("oz0-live-install-secret")
+    secret.chmod(0o600)
+    manifest = {
+        "name": "jl-live-probe",
+        "harness": {"jsonl": {"program": "probe", "env": {"OZ0_TEST_PROBE": f"{environ},{secret}"}}},
+        "tools": [],
+        "approval": {"mode": "bypass"},
+    }
+    try:
+        status, body = live_team.api().post("/agents", {"manifest": json.dumps(manifest)})
+        assert status == 201, body
+        run_id = _start(live_team, "jl-live-probe", None)
+        document = wait_for(lambda: _finished(live_team, run_id), timeout=60, message="the probe")
+    finally:
+        secret.unlink()
+    assert document["status"] == "completed", document
+    facts = document["output"]
+    assert facts["uid"] != 0 and "oz0-live-install-secret" not in json.dumps(facts)
+    assert facts["reads"][environ] == {"error": "ENOENT"} and facts["reads"][str(secret)] == {"error": "EACCES"}
+    assert "DATABASE_URL" not in facts["env"] and "SECRET_KEY" not in facts["env"]

@@ -5,26 +5,20 @@ oz.fail is its tool `oz__fail`, and its calls, cancel and failures go through th
 from __future__ import annotations
 
 import json
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runs import kernel
+from runs.kernel import call_digest
 from runs.models import Run, Task
 from tests.conftest import ROOT, Team, wait_for
-from tests.harness.conftest import harness_manifest, start_run
+from tests.harness.conftest import RECORDS, harness_manifest, start_run
 from tests.runs.driver import drive
 
 # Starting the bridge imports the SDK (seconds on a busy machine).
 SLOW = 90
-
-
-@pytest.fixture(autouse=True)
-def _sdk_agents_on_the_bridges_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OZ0_AGENT_PATH", str(ROOT / "tests" / "harness" / "sdk_agents"))
 
 
 def _manifest(name: str, attribute: str, **kwargs: Any) -> str:
@@ -100,7 +94,7 @@ def test_a_denial_reaches_the_agent_in_the_approvers_words(harness_team: Team) -
 
 @pytest.mark.spec("F7", "S29")
 def test_a_cancel_reaches_the_streamed_run_within_two_seconds(harness_team: Team) -> None:
-    record = Path(tempfile.gettempdir()) / "oz0-test-sdk-slow.json"
+    record = RECORDS / "sdk-slow.json"
     record.unlink(missing_ok=True)
     run, thread = start_run(harness_team, _manifest("oa-cancel", "slow"))
     wait_for(lambda: record.exists(), timeout=SLOW, message="the model call")
@@ -116,18 +110,54 @@ def test_a_cancel_reaches_the_streamed_run_within_two_seconds(harness_team: Team
 
 
 @pytest.mark.spec("F7", "F9", "S22")
-def test_a_crashing_model_fails_typed_and_a_missing_agent_is_unavailable(harness_team: Team) -> None:
+def test_a_crashing_model_fails_typed(harness_team: Team) -> None:
     crashed, first = start_run(harness_team, _manifest("oa-broken", "broken"))
-    missing, second = start_run(harness_team, _manifest("oa-missing", "not_an_agent"))
     first.join(SLOW)
-    second.join(SLOW)
     round_task = Task.objects.get(run=crashed, key="r1")
     assert round_task.error_key == "harness_crashed" and round_task.claim is None
     assert "the model exploded" in round_task.result["stderr"]
     _, document = harness_team.api("viewer").get(f"/runs/{crashed.pk}")
     assert document["tasks"][0]["failure"]["kind"] == "error" and "exploded" not in str(document)
-    round_task = Task.objects.get(run=missing, key="r1")
-    assert round_task.error_key == "harness_unavailable" and "not an agents.Agent" in round_task.error_detail
+
+
+def _approval_run(team: Team, name: str) -> tuple[Run, Any, Task]:
+    run, thread = start_run(team, _manifest(name, "approves", approval="ask"))
+    call = wait_for(
+        lambda: Task.objects.filter(run=run, key="r1.1", status="needs_approval").first(), timeout=SLOW, message="r1.1"
+    )
+    return run, thread, call
+
+
+@pytest.mark.spec("F7", "S5", "S14")
+def test_a_tool_that_needs_approval_waits_in_the_inbox_bound_to_its_digest_and_runs_once_approved(harness_team: Team) -> None:
+    run, thread, call = _approval_run(harness_team, "oa-native-approve")
+    args = {"branch": "release-1.2"}
+    assert call.spec == {"tool": "delete_branch", "args": args, "native": True}
+    _, inbox = harness_team.api("operator").get(f"/inbox?workspace={harness_team.slug}")
+    [item] = [i for i in inbox["items"] if i["run"] == str(run.pk)]
+    assert (item["tool"], item["args"], item["digest"]) == ("delete_branch", args, call_digest("delete_branch", args))
+    status, _ = harness_team.api("operator").post(f"/runs/{run.pk}/tasks/r1.1/approve", {"digest": item["digest"]})
+    assert status == 200
+    thread.join(SLOW)
+    run = _settled(run)
+    assert run.status == "completed" and run.output == "deleted release-1.2", Task.objects.get(run=run, key="r1").result
+    round_task = Task.objects.get(run=run, key="r1")
+    assert "delete_branch ran for release-1.2" in round_task.result["stderr"]
+    assert round_task.result["usage"]["calls"] == 2
+
+
+@pytest.mark.spec("F7", "S5", "S6", "F14")
+def test_a_rejected_tool_hands_the_model_the_approvers_words_and_never_runs(harness_team: Team) -> None:
+    run, thread, _ = _approval_run(harness_team, "oa-native-deny")
+    operator = harness_team.users["operator"]
+    kernel.deny(run_id=run.pk, key="r1.1", user=operator, reason="not on a Friday")
+    thread.join(SLOW)
+    run = _settled(run)
+    assert run.status == "completed" and run.output is not None
+    denial = json.loads(run.output)
+    assert denial["kind"] == "denied" and denial["message"] == "not on a Friday"
+    assert denial["words_of"] == f"the approver {operator.username}"
+    assert "delete_branch ran" not in Task.objects.get(run=run, key="r1").result.get("stderr", "")
 
 
 @pytest.mark.spec("F7", "F6")

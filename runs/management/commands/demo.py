@@ -39,6 +39,7 @@ from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
+import yaml
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -289,12 +290,15 @@ def load_agents(workspace: Workspace) -> dict[str, bool]:
     """Register agents/examples/*.yaml as the workspace's agents through agents.registry (a new version
     only when one changed).
 
+    The harnessed examples are left out when the install turns their code off (OZ0_HARNESS_EXAMPLES=0).
     Returns each agent's name and whether it runs offline (on the `script` provider, or a harnessed
     example: each drives an offline model of its framework): only those get a demo run, since the
     others need a real model's credentials.
     """
     agents: dict[str, bool] = {}
     for path in sorted(AGENTS_DIR.glob("*.y*ml")):
+        if not settings.OZ0_HARNESS_EXAMPLES and "harness" in (yaml.safe_load(path.read_text()) or {}):
+            continue  # the example harnesses' code is off on this install (OZ0_HARNESS_EXAMPLES=0)
         try:
             registered = register(path.read_text(), workspace=workspace)
         except InvalidManifest as error:

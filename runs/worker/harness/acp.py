@@ -1,12 +1,16 @@
-"""The ACP harness (F7): `harness: {acp: {command: [...], env: {...}}}` is an agent speaking Zed's
-Agent Client Protocol on its stdio; oz0 is the ACP client.
+"""The ACP harness (F7): `harness: {acp: {program: NAME, env: {...}}}` is an agent speaking Zed's
+Agent Client Protocol on its stdio, a program the installer lists; oz0 is the ACP client.
 
-oz0 spawns the agent, `initialize`s it, opens a session whose MCP servers are one stdio server named
-`oz0` (`acp_mcp_server.py`, which the agent starts), and sends the job as the `prompt`. The `oz0`
-server's tools (`fail`, `ask`, the registry tools) reach this worker over a private unix socket as
-JSON-lines protocol v1 calls, answered by the harness session: the approval stage, the trace, and
-oz.fail into the kernel's one entry. A run cancel sends `session/cancel` (the turn must end
-`cancelled`), then SIGTERM and SIGKILL. The agent's message chunks are the round's output.
+oz0 spawns the agent confined (`sandbox.confine`: the job's fresh folder is its working folder and
+the session's `cwd`), `initialize`s it, opens a session whose MCP servers are one stdio server
+named `oz0` (`acp_mcp_server.py`, which the agent starts inside its sandbox), and sends the job as
+the `prompt`. The `oz0` server's tools (`fail`, `ask`, the registry tools) reach this worker over a
+unix socket in the job's folder as JSON-lines protocol v1 calls, answered by the harness session:
+the approval stage, the trace, and oz.fail into the kernel's one entry. A `session/request_permission`
+crosses the approval stage too (`HarnessSession.approval`), and the person's decision comes back as
+the agent's own allow or reject option. oz0 offers no file system or terminal methods. A run cancel
+sends `session/cancel` (the turn must end `cancelled`), then SIGTERM and SIGKILL. The agent's
+message chunks are the round's output.
 """
 
 from __future__ import annotations
@@ -17,13 +21,11 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 
 from runs.worker.harness.base import (
@@ -35,7 +37,16 @@ from runs.worker.harness.base import (
     HarnessUnavailable,
     JobEnded,
 )
-from runs.worker.harness.jsonl import CANCEL_GRACE_SECONDS, INHERITED_ENV, LINE_MAX, STDERR_BUFFER, TERM_GRACE_SECONDS
+from runs.worker.harness.jsonl import (
+    CANCEL_GRACE_SECONDS,
+    LINE_MAX,
+    STDERR_BUFFER,
+    TERM_GRACE_SECONDS,
+    UNAVAILABLE_EXIT,
+    confined,
+    installed_program,
+)
+from runs.worker.harness.sandbox import Confined, reads_of
 
 try:
     import acp
@@ -47,15 +58,16 @@ MCP_SERVER = Path(__file__).with_name("acp_mcp_server.py")
 
 
 class CallServer:
-    """The worker's end of the `oz0` MCP server: a unix socket in a private folder, served by a thread
-    (the harness session's calls are synchronous database work, kept off the ACP event loop)."""
+    """The worker's end of the `oz0` MCP server: a unix socket in the job's folder (which only the
+    harness user and the worker reach), served by a thread (the harness session's calls are
+    synchronous database work, kept off the ACP event loop)."""
 
-    def __init__(self, session: HarnessSession) -> None:
+    def __init__(self, session: HarnessSession, folder: Path) -> None:
         self.session = session
-        self.folder = tempfile.mkdtemp(prefix="oz0-acp-")
-        self.path = os.path.join(self.folder, "calls.sock")
+        self.path = str(folder / "oz0-calls.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
+        os.chmod(self.path, 0o666)  # the harness user connects; its folder is the user's alone
         self.listener.listen(4)
         self.listener.settimeout(0.1)
         self.ended = threading.Event()
@@ -116,20 +128,17 @@ class CallServer:
         self._stop.set()
         self.listener.close()
         self._thread.join(timeout=2)
-        try:
-            os.unlink(self.path)
-            os.rmdir(self.folder)
-        except OSError:
-            pass
 
 
 class OzClient:
-    """What an ACP agent may ask of oz0: it streams its message; oz0 offers nothing else
-    (files, terminals and permissions go through the `oz0` MCP server's tools, never around them)."""
+    """What an ACP agent may ask of oz0: it streams its message, and asks permission for a tool call
+    (decided by oz0's approval stage). oz0 offers no file system or terminal methods: the agent
+    works in its own folder, and oz0's tools are on the `oz0` MCP server."""
 
     def __init__(self, session: HarnessSession) -> None:
         self.session = session
         self.text: list[str] = []
+        self.canceled = False
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         kind = getattr(update, "session_update", None)
@@ -140,7 +149,29 @@ class OzClient:
         # usage_update reports the context window's fill, not tokens billed: the turn's usage is billed.
 
     async def request_permission(self, session_id: str, tool_call: Any, options: Any, **kwargs: Any) -> Any:
-        return {"outcome": {"outcome": "cancelled"}}
+        """The agent asks before a tool call: the call (`acp.<kind>`, its title, input, locations and
+        content) crosses the approval stage; approved, the agent's allow-once option (else its
+        allow-always), denied, its reject option with the failure, labelled, in `_meta.oz0`."""
+        name = f"acp.{getattr(tool_call, 'kind', None) or 'other'}"
+        args = tool_call.model_dump(
+            mode="json", by_alias=True, exclude_none=True, exclude={"tool_call_id", "status", "raw_output", "field_meta"}
+        )
+        try:
+            answer = await asyncio.to_thread(_approval, self.session, name, args)
+        except HarnessCanceled:
+            self.canceled = True
+            return {"outcome": {"outcome": "cancelled"}}
+        kinds = {getattr(option, "kind", None): getattr(option, "option_id", None) for option in reversed(list(options))}
+        if answer.ok:
+            chosen = kinds.get("allow_once") or kinds.get("allow_always")
+            if chosen is not None:
+                return {"outcome": {"outcome": "selected", "optionId": chosen}}
+            return {"outcome": {"outcome": "cancelled"}}
+        meta = {"oz0": {"failure": answer.failure}}
+        chosen = kinds.get("reject_once") or kinds.get("reject_always")
+        if chosen is not None:
+            return {"outcome": {"outcome": "selected", "optionId": chosen, "_meta": meta}, "_meta": meta}
+        return {"outcome": {"outcome": "cancelled"}, "_meta": meta}
 
     def on_connect(self, conn: Any) -> None:
         pass
@@ -152,43 +183,48 @@ class OzClient:
         return refused
 
 
-def run(session: HarnessSession) -> Any:
-    harness = session.harness
-    command = list(harness.get("command") or [])
-    if not command:
-        raise HarnessUnavailable("the acp harness names no command")
-    argv = [sys.executable if command[0] == "python" else command[0], *command[1:]]
-    environment = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
-    environment.update({"PYTHONUNBUFFERED": "1", **(harness.get("env") or {})})
-    calls = CallServer(session)
+def _approval(session: HarnessSession, name: str, args: dict[str, Any]) -> Any:
     try:
-        return asyncio.run(_converse(session, calls, argv, environment))
+        return session.approval(name, args)
+    finally:
+        connection.close()
+
+
+def run(session: HarnessSession) -> Any:
+    argv, env = installed_program(session)
+    jail = confined(session, argv, env, [*reads_of(argv), MCP_SERVER])
+    calls = CallServer(session, jail.job_dir)
+    try:
+        return asyncio.run(_converse(session, calls, jail))
     finally:
         calls.close()
+        jail.cleanup()
 
 
-async def _converse(session: HarnessSession, calls: CallServer, argv: list[str], environment: dict[str, str]) -> Any:
+async def _converse(session: HarnessSession, calls: CallServer, jail: Confined) -> Any:
     client = OzClient(session)
+    # Started by the agent inside its sandbox, with the worker's interpreter (mounted there).
     oz0_server = McpServerStdio(
         name="oz0",
         command=sys.executable,
         args=[str(MCP_SERVER), calls.path],
-        env=[EnvVariable(name=k, value=v) for k, v in environment.items()],
+        env=[EnvVariable(name=k, value=v) for k, v in jail.env.items()],
     )
+    argv = jail.argv
     try:
-        spawned = acp.spawn_agent_process(client, argv[0], *argv[1:], env=environment, cwd=str(settings.BASE_DIR))
+        spawned = acp.spawn_agent_process(client, argv[0], *argv[1:], env=jail.env, cwd=str(jail.job_dir))
         async with spawned as (conn, process):
             turn: asyncio.Future[Any] | None = None
             stderr = asyncio.ensure_future(_keep_stderr(process, session))
             try:
                 await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
-                opened = await conn.new_session(cwd=str(settings.BASE_DIR), mcp_servers=[oz0_server])
+                opened = await conn.new_session(cwd=str(jail.job_dir), mcp_servers=[oz0_server])
                 turn = asyncio.ensure_future(conn.prompt(session_id=opened.session_id, prompt=[acp.text_block(session.prompt())]))
                 while not turn.done():
                     await asyncio.wait([turn], timeout=0.05)
                     if turn.done():
                         break
-                    if session.cancel.is_set() or calls.canceled.is_set() or calls.ended.is_set():
+                    if session.cancel.is_set() or calls.canceled.is_set() or calls.ended.is_set() or client.canceled:
                         await conn.cancel(session_id=opened.session_id)
                         await asyncio.wait([turn], timeout=CANCEL_GRACE_SECONDS)
                         await _stop(process)
@@ -201,9 +237,13 @@ async def _converse(session: HarnessSession, calls: CallServer, argv: list[str],
             except (HarnessCanceled, JobEnded):
                 raise
             except acp.RequestError as error:
-                raise HarnessProtocolError(f"the ACP agent answered an error: {error}"[:2000]) from None
+                raise await _not_started(process, session) or HarnessProtocolError(
+                    f"the ACP agent answered an error: {error}"[:2000]
+                ) from None
             except (ConnectionError, EOFError, asyncio.IncompleteReadError) as error:
-                raise HarnessCrashed(f"the ACP agent went away: {type(error).__name__}: {error}"[:2000]) from None
+                raise await _not_started(process, session) or HarnessCrashed(
+                    f"the ACP agent went away: {type(error).__name__}: {error}"[:2000]
+                ) from None
             finally:
                 if process.returncode is None:
                     await _stop(process)
@@ -211,7 +251,7 @@ async def _converse(session: HarnessSession, calls: CallServer, argv: list[str],
                 await asyncio.wait([stderr], timeout=1)
                 _settle(stderr)
     except (FileNotFoundError, PermissionError) as error:
-        raise HarnessUnavailable(f"the ACP agent {argv[0]!r} cannot be started: {error.strerror or error}") from None
+        raise HarnessUnavailable(f"the ACP agent cannot be started: {error.strerror or error}") from None
     if calls.error is not None:
         raise calls.error
     reason = getattr(response, "stop_reason", None)
@@ -221,6 +261,19 @@ async def _converse(session: HarnessSession, calls: CallServer, argv: list[str],
     if usage is not None:
         session.bill({"input_tokens": getattr(usage, "input_tokens", 0), "output_tokens": getattr(usage, "output_tokens", 0)})
     return "".join(client.text)
+
+
+async def _not_started(process: Any, session: HarnessSession) -> HarnessUnavailable | None:
+    """The agent's program could not start (the launcher's EX_UNAVAILABLE, or a sandbox that
+    cannot be set up here): unavailable, not a crash."""
+    try:
+        await asyncio.wait_for(process.wait(), timeout=TERM_GRACE_SECONDS)
+    except TimeoutError:
+        return None
+    said = session.stderr.strip().splitlines()[-2:]
+    if process.returncode == UNAVAILABLE_EXIT or (process.returncode == 1 and any(s.startswith("bwrap: ") for s in said)):
+        return HarnessUnavailable(f"the ACP agent cannot be started: {' | '.join(said)[-500:]}")
+    return None
 
 
 async def _keep_stderr(process: Any, session: HarnessSession) -> None:

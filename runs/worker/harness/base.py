@@ -11,6 +11,10 @@ task. It speaks to oz0 only through `HarnessSession`:
   built-in the agent lists, authored as a delegate task (a child run, F14-F17); the child's answer,
   or its failure labelled as failed (a quarantine's with no words), is the call's answer.
 - `ask(question)`: oz.ask, a person's answer (awaiting_input, announced as awaiting_human).
+- `approval(tool, args)`: a framework asks before running one of its own tools (the Agents SDK's
+  `needs_approval`, Pydantic AI's deferred approvals, ACP's `session/request_permission`): the
+  call's digest crosses the run's approval stage as a call of oz0's would, and the answer is the
+  grant or the denial, labelled with whose words it is; the framework runs the tool itself.
 - `fail(kind, message)`: oz.fail, handed to `kernel.round_oz_fail`, the one entry that decides
   declared / undeclared and the 2,000-character cap (F6); the job ends there.
 - `bill(usage)`: the tokens the framework reports, billed on the round task.
@@ -20,14 +24,11 @@ A run cancel reaches the session as `HarnessCanceled` (raised from any of these,
 
 from __future__ import annotations
 
-import importlib
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from django.db import connection
 
 from runs import kernel
 from runs.kernel import Claimed
@@ -71,51 +72,6 @@ class HarnessProtocolError(HarnessError):
     key = "harness_protocol_error"
 
 
-class OzFailCalled(Exception):
-    """Raised by a framework's `oz__fail` tool: the adapter reports it once the framework unwinds."""
-
-    def __init__(self, kind: Any, message: Any) -> None:
-        super().__init__(f"oz.fail({kind!r})")
-        self.kind = kind
-        self.message = message
-
-
-def found_in(error: BaseException, wanted: type[BaseException]) -> BaseException | None:
-    """`wanted` among an exception, its causes and contexts, and the members of exception groups:
-    frameworks wrap what a tool raised (the OpenAI Agents SDK as a cause, anyio in groups)."""
-    seen: set[int] = set()
-    stack: list[BaseException] = [error]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, wanted):
-            return current
-        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-        stack.extend(getattr(current, "exceptions", ()) or ())
-    return None
-
-
-def wire_name(name: str) -> str:
-    """A tool's name where a framework allows no dots: `oz.fail` is `oz__fail`, `clock.now` `clock__now`."""
-    return name.replace(".", "__")
-
-
-def load_target(target: str, kind: str) -> Any:
-    """The object `package.module:attribute` names; a module that is not installed is unavailable."""
-    module_name, _, attribute = target.partition(":")
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as missing:
-        raise HarnessUnavailable(f"the {kind} agent {target!r} cannot be imported: {missing}") from None
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise HarnessUnavailable(f"the {kind} agent {target!r} names nothing: {module_name} has no {attribute!r}")
-        value = getattr(value, part)
-    return value
-
-
 @dataclass
 class CallResult:
     """A call's answer for the agent: its value, or a labelled failure (F14's shape)."""
@@ -128,12 +84,6 @@ class CallResult:
         if self.ok:
             return {"type": "result", "id": call_id, "ok": True, "value": self.value}
         return {"type": "result", "id": call_id, "ok": False, "failure": self.failure}
-
-    def as_text(self) -> str:
-        """For frameworks whose tools answer text: the value, or the failure's label as JSON."""
-        if self.ok:
-            return self.value if isinstance(self.value, str) else json.dumps(self.value, sort_keys=True)
-        return json.dumps(self.failure, sort_keys=True)
 
 
 def refused(detail: str) -> CallResult:
@@ -214,7 +164,7 @@ class HarnessSession:
             "failures": list(self.manifest.get("failures", [])),
             "input": self.run.input,
             "tools": self.tool_schemas(),
-            "builtins": ["oz.fail", "oz.ask", *(name for name in self.tools if name in kernel.DELEGATE_TOOLS)],
+            "builtins": ["oz.fail", "oz.ask", "oz.approval", *(name for name in self.tools if name in kernel.DELEGATE_TOOLS)],
         }
 
     def prompt(self) -> str:
@@ -240,28 +190,6 @@ class HarnessSession:
                 self.usage[key] += value
         self.usage["calls"] += max(0, int(calls))
 
-    def framework_tool(self, name: str) -> Callable[..., Any]:
-        """A registry tool as a framework's synchronous tool function: the call goes through oz0 and
-        answers the value, or the failure's label. Frameworks run such functions in threads of their
-        own, so each call closes the database connection its thread opened."""
-
-        def call(**args: Any) -> Any:
-            try:
-                result = self.call_tool(name, args)
-            finally:
-                connection.close()
-            return result.value if result.ok else result.failure
-
-        call.__name__ = wire_name(name)
-        return call
-
-    def framework_ask(self, question: str) -> Any:
-        try:
-            result = self.ask(question)
-        finally:
-            connection.close()
-        return result.value if result.ok else result.failure
-
     def extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"usage": dict(self.usage), "harness": self.harness.get("kind")}
         if self.stderr:
@@ -277,6 +205,15 @@ class HarnessSession:
 
     def ask(self, question: Any) -> CallResult:
         return self._authored({"ask": question})
+
+    def approval(self, tool: Any, args: Any) -> CallResult:
+        """May the framework run its own tool `tool` with `args`? Granted: `{"approved": true,
+        "digest"}`; denied (or expired): the failure, in the approver's or the rules' words."""
+        if not isinstance(tool, str) or not tool.strip() or tool.startswith("oz."):
+            return refused(f"{tool!r} names no tool of the agent's own to approve")
+        if not isinstance(args, Mapping):
+            return refused("the call's args are not an object")
+        return self._authored({"native": tool, "args": dict(args)})
 
     def fail(self, kind: Any, message: Any) -> None:
         """oz.fail: the kernel decides declared or undeclared and refuses a message over the cap; the

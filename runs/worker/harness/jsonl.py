@@ -1,9 +1,11 @@
 """The JSON-lines harness, protocol version 1 (docs/harness-jsonl.md): a process that reads one JSON
 object per line on stdin and writes one per line on stdout (logs on stderr only, lines at most 1 MiB).
 
-oz0 sends `start`, then a `result` for each `call`, and `cancel` when the run stops; the harness
-sends `call`s (registry tools, the built-ins `oz.fail` and `oz.ask`, the delegating built-ins it
-lists) and ends with `done`. A run cancel sends `cancel`, then SIGTERM after a grace, then SIGKILL. A process that cannot start is
+The process is a program the installer lists (`agents.harness_programs`), named by the manifest's
+`program:`, and runs confined (`sandbox.confine`). oz0 sends `start`, then a `result` for each
+`call`, and `cancel` when the run stops; the harness sends `call`s (registry tools, the built-ins
+`oz.fail`, `oz.ask` and `oz.approval`, the delegating built-ins it lists) and ends with `done`. A run
+cancel sends `cancel`, then SIGTERM after a grace, then SIGKILL. A process that cannot start is
 `harness_unavailable`; one that exits before `done` is `harness_crashed`; a line that is not a
 protocol message is `harness_protocol_error`. Its stderr is kept on the task (words, redacted).
 """
@@ -13,16 +15,16 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
 
-from django.conf import settings
-
+from agents.harness_programs import ProgramsFileError, program
 from runs.worker.harness.base import (
     HarnessCanceled,
     HarnessCrashed,
@@ -31,6 +33,7 @@ from runs.worker.harness.base import (
     HarnessSession,
     HarnessUnavailable,
 )
+from runs.worker.harness.sandbox import Confined, SandboxUnavailable, confine, program_argv, reads_of
 
 PROTOCOL = 1
 LINE_MAX = 1024 * 1024
@@ -38,23 +41,52 @@ STDERR_BUFFER = 64 * 1024
 CANCEL_GRACE_SECONDS = 1.0
 TERM_GRACE_SECONDS = 2.0
 EXIT_WAIT_SECONDS = 2.0
-# The variables a harness inherits; the worker's own (database URL, secret key) never reach it.
-INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
 _EOF = object()
 
 
-# A bridge (runs/worker/harness/openai_agents_bridge.py) exits with this when it cannot load its agent.
+# The launcher, and a bridge that cannot load its agent, exit with this (EX_UNAVAILABLE).
 UNAVAILABLE_EXIT = 69
 
 
-def run(session: HarnessSession) -> Any:
+def installed_program(session: HarnessSession) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of the program the manifest names, as the installer lists it now;
+    the manifest's `env` first, the installer's over it."""
     harness = session.harness
-    return converse(session, harness.get("command") or [], harness.get("env") or {})
+    name = harness.get("program")
+    if not isinstance(name, str):
+        raise HarnessUnavailable(
+            f"the {harness.get('kind')} harness names no program: oz0 runs only programs the installer lists in "
+            "OZ0_HARNESS_PROGRAMS (a manifest's own `command:` is refused); register a version naming one"
+        )
+    try:
+        found = program(name)
+    except ProgramsFileError as broken:
+        raise HarnessUnavailable(str(broken)) from None
+    if found is None:
+        raise HarnessUnavailable(f"the program {name!r} is no longer one the installer allows (OZ0_HARNESS_PROGRAMS)")
+    return program_argv(found.argv), {**(harness.get("env") or {}), **found.env}
 
 
-def converse(session: HarnessSession, command: Sequence[str], env: Mapping[str, str]) -> Any:
+def run(session: HarnessSession) -> Any:
+    argv, env = installed_program(session)
+    return converse(session, argv, env, reads=reads_of(argv))
+
+
+def confined(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str], reads: Iterable[Path]) -> Confined:
+    """The harness process's confinement; a machine that cannot confine it is `harness_unavailable`."""
+    try:
+        # The folder's name says whose it is, short enough for a unix socket's path inside it.
+        label = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{str(session.run.pk)[:8]}-{session.task.key}")[:32]
+        return confine(argv, {"PYTHONUNBUFFERED": "1", **env}, reads=reads, label=label)
+    except SandboxUnavailable as error:
+        raise HarnessUnavailable(f"the harness cannot be confined here: {error}") from None
+
+
+def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path] = ()) -> Any:
     """Run the job with a harness process speaking protocol v1 to its end; its `done` output."""
-    channel = Channel.spawn(command, env)
+    if not argv:
+        raise HarnessUnavailable("the harness names no program")
+    channel = Channel.spawn(confined(session, argv, env, reads))
     try:
         channel.send(session.start_message())
         while True:
@@ -74,7 +106,12 @@ def converse(session: HarnessSession, command: Sequence[str], env: Mapping[str, 
                 raise HarnessProtocolError(f"call {call_id!r}'s `args` is not an object")
             if tool == "oz.fail":
                 session.fail(args.get("kind"), args.get("message"))
-            result = session.ask(args.get("question")) if tool == "oz.ask" else session.call_tool(tool, args)
+            if tool == "oz.ask":
+                result = session.ask(args.get("question"))
+            elif tool == "oz.approval":
+                result = session.approval(args.get("tool"), args.get("args", {}))
+            else:
+                result = session.call_tool(tool, args)
             channel.send(result.as_message(call_id))
     except HarnessCanceled:
         channel.cancel()
@@ -90,8 +127,9 @@ def converse(session: HarnessSession, command: Sequence[str], env: Mapping[str, 
 class Channel:
     """The harness process and its three streams: lines out, lines in, stderr kept."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], confined: Confined) -> None:
         self.process = process
+        self.confined = confined
         self.lines: queue.Queue[Any] = queue.Queue()
         self._stderr = bytearray()
         self._readers = [
@@ -102,25 +140,21 @@ class Channel:
             reader.start()
 
     @classmethod
-    def spawn(cls, command: Sequence[str], env: Mapping[str, str]) -> Channel:
-        if not command:
-            raise HarnessUnavailable("the jsonl harness names no command")
-        argv = [sys.executable if command[0] == "python" else command[0], *command[1:]]
-        environment = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
-        environment.update({"PYTHONUNBUFFERED": "1", **env})
+    def spawn(cls, confined: Confined) -> Channel:
         try:
             process = subprocess.Popen(
-                argv,
+                confined.argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=environment,
-                cwd=str(settings.BASE_DIR),
+                env=confined.env,
+                close_fds=True,
                 start_new_session=True,  # its own process group: a kill reaches what it spawned too
             )
         except OSError as error:
-            raise HarnessUnavailable(f"the harness command {command[0]!r} cannot be started: {error.strerror or error}") from None
-        return cls(process)
+            confined.cleanup()
+            raise HarnessUnavailable(f"the harness cannot be started: {error.strerror or error}") from None
+        return cls(process, confined)
 
     def _read_lines(self, stream: IO[bytes]) -> None:
         try:
@@ -189,7 +223,9 @@ class Channel:
         exited = f"exited with code {code}" if code is not None else "is still running"
         said = f"; its stderr ends: {' | '.join(tail)[-500:]}" if tail else ""
         if code == UNAVAILABLE_EXIT:
-            return HarnessUnavailable(f"the harness cannot load its agent{said}")
+            return HarnessUnavailable(f"the harness cannot start or load its agent{said}")
+        if code == 1 and any(line.startswith("bwrap: ") for line in tail):
+            return HarnessUnavailable(f"the harness's sandbox cannot start here{said}")
         return HarnessCrashed(f"the harness {what} ({exited}){said}")
 
     def cancel(self) -> None:
@@ -233,3 +269,4 @@ class Channel:
         deadline = time.monotonic() + 1
         for reader in self._readers:
             reader.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.confined.cleanup()

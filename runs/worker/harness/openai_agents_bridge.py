@@ -3,14 +3,18 @@ loads the SDK agent a manifest names and speaks the JSON-lines protocol v1 (docs
 to the worker.
 
 Why a process of its own: the SDK's package is named `agents`, as is oz0's Django app, so the two
-cannot be imported into one interpreter. This script is never imported by oz0; it runs as
-`python openai_agents_bridge.py package.module:agent` with oz0's own directories taken off its path
-(agents/examples/ stays, for the example agent).
+cannot be imported into one interpreter. This script is never imported by oz0; it runs confined
+(runs/worker/harness/sandbox.py) as `python openai_agents_bridge.py package.module:agent` with
+oz0's own folders taken off its path and the folders of OZ0_AGENT_PATH put on it.
 
 oz0's registry tools and `oz__ask` become SDK function tools whose calls go to oz0 as `call`s;
 `oz__fail` sends oz.fail and ends the run (its exception surfaces: failure_error_function=None). A
-`cancel` line cancels the streamed run (`RunResultStreaming.cancel()`). Exit code 69 says the agent
-cannot be loaded (the worker reports `harness_unavailable`).
+tool of the agent's own with `needs_approval` pauses the SDK's run: each interruption goes to oz0 as
+`oz.approval`, and the run resumes from its state with the call approved, or rejected with the
+failure's label as the rejection message the model reads. A `cancel` line cancels the streamed run
+(`RunResultStreaming.cancel()`). Exit code 69 says the agent cannot be loaded (the worker reports
+`harness_unavailable`). `--check package.module:agent` only loads it (lint's question) and prints
+the module's agents.
 """
 
 from __future__ import annotations
@@ -28,15 +32,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 UNAVAILABLE_EXIT = 69
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (HERE, ROOT)]
-sys.path[:0] = [*filter(None, os.environ.get("OZ0_AGENT_PATH", "").split(os.pathsep)), os.path.join(ROOT, "agents", "examples")]
+sys.path[:0] = [*filter(None, os.environ.get("OZ0_AGENT_PATH", "").split(os.pathsep))]
+# The protocol keeps stdout to itself: it goes on a descriptor of its own, and whatever the agent's
+# code prints (to stdout, or fd 1) lands on stderr with its logs.
+_protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
 
 _out = threading.Lock()
 
 
 def send(message: dict[str, Any]) -> None:
     with _out:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
+        _protocol.write(json.dumps(message) + "\n")
+        _protocol.flush()
 
 
 class Canceled(Exception):
@@ -143,8 +152,8 @@ def load(target: str) -> Any:
         value: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             value = getattr(value, part)
-    except (ImportError, AttributeError) as error:
-        print(f"cannot load the OpenAI Agents SDK agent {target!r}: {error}", file=sys.stderr)
+    except Exception as error:  # whatever its module raised while it loaded
+        print(f"cannot load the OpenAI Agents SDK agent {target!r}: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(UNAVAILABLE_EXIT)
     if not isinstance(value, Agent):
         print(f"{target!r} is a {type(value).__name__}, not an agents.Agent", file=sys.stderr)
@@ -159,21 +168,57 @@ def prompt_of(start: dict[str, Any]) -> str:
     return job_input if isinstance(job_input, str) else json.dumps(job_input, sort_keys=True)
 
 
+def arguments_of(item: Any) -> dict[str, Any]:
+    """A paused call's arguments as an object (the SDK keeps the model's JSON text)."""
+    raw = item.arguments
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {"arguments": raw}
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
 async def drive(agent: Any, start: dict[str, Any]) -> Any:
+    """The streamed run to its end; a run paused for approvals asks oz0 and resumes from its state."""
     from agents import Runner  # type: ignore[attr-defined]
 
-    result = Runner.run_streamed(agent.clone(tools=[*agent.tools, *oz0_tools(start)]), input=prompt_of(start))
+    current = agent.clone(tools=[*agent.tools, *oz0_tools(start)])
     loop = asyncio.get_running_loop()
-    inbox.on_cancel = lambda: loop.call_soon_threadsafe(result.cancel)
-    if inbox.canceled.is_set():
-        result.cancel()
-    async for _ in result.stream_events():
-        pass
-    return result
+    run_input: Any = prompt_of(start)
+    while True:
+        result = Runner.run_streamed(current, input=run_input)
+        inbox.on_cancel = lambda result=result: loop.call_soon_threadsafe(result.cancel)
+        if inbox.canceled.is_set():
+            result.cancel()
+        async for _ in result.stream_events():
+            pass
+        if not result.interruptions or inbox.canceled.is_set():
+            return result
+        state = result.to_state()
+        for item in result.interruptions:
+            asked = {"tool": item.tool_name or "", "args": arguments_of(item)}
+            answer = await asyncio.to_thread(call, "oz.approval", asked)
+            if answer.get("ok"):
+                state.approve(item)
+            else:
+                state.reject(item, rejection_message=as_tool_output(answer))
+        run_input = state
+
+
+def check(target: str) -> None:
+    """Lint's question: load the target (exit 69 when it cannot be), then name the module's agents."""
+    from agents import Agent  # type: ignore[attr-defined]
+
+    load(target)
+    module = sys.modules[target.partition(":")[0]]
+    send({"agents": sorted(name for name, value in vars(module).items() if isinstance(value, Agent))})
 
 
 def main() -> None:
     global inbox
+    if sys.argv[1] == "--check":
+        check(sys.argv[2])
+        return
     agent = load(sys.argv[1])
     inbox = Inbox()
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # type: ignore[import-not-found]
 
-from agents import Agent, Model, Usage  # type: ignore[attr-defined]
+from agents import Agent, Model, Usage, function_tool  # type: ignore[attr-defined]
 
 
 def _fails_with(kind: str, message: str) -> Any:
@@ -54,8 +54,9 @@ asks = Agent(
 )
 
 
-# When the slow model's call began and when a cancel ended it (the test reads them; tests run one at a time).
-SLOW_RECORD = os.path.join(tempfile.gettempdir(), "oz0-test-sdk-slow.json")
+# When the slow model's call began and when a cancel ended it (the test reads them; tests run one at
+# a time), in the folder the suite lets every harness write (OZ0_HARNESS_WRITABLE).
+SLOW_RECORD = os.path.join(os.environ.get("OZ0_HARNESS_WRITABLE", tempfile.gettempdir()).split(",")[0], "sdk-slow.json")
 
 
 def _record(what: str) -> None:
@@ -86,3 +87,29 @@ class SlowModel(Model):  # type: ignore[misc]
 slow = Agent(name="slow", model=SlowModel())
 broken = Agent(name="broken", model=ScriptedModel([ModelStep.raise_error(RuntimeError("the model exploded"))]))
 not_an_agent = 42
+
+
+# A tool of the agent's own that needs approval (the SDK's `needs_approval`): the model calls it,
+# then answers with what the tool returned, or with the rejection message it was handed.
+@function_tool(needs_approval=True)
+def delete_branch(branch: str) -> str:
+    """Delete a branch of the repository."""
+    import sys
+
+    print(f"delete_branch ran for {branch}", file=sys.stderr, flush=True)
+    return f"deleted {branch}"
+
+
+approves = Agent(
+    name="approves",
+    tools=[delete_branch],
+    model=ScriptedModel(
+        [
+            ModelStep(
+                output=[function_call("delete_branch", {"branch": "release-1.2"}, call_id="d1")],
+                usage=Usage(requests=1, input_tokens=10, output_tokens=3),
+            ),
+            ModelStep.respond(_last_output),
+        ]
+    ),
+)

@@ -1,0 +1,269 @@
+"""The Pydantic AI side of oz0's pydantic_ai harness: a child process of the worker that loads the
+Agent a manifest names and speaks the JSON-lines protocol v1 (docs/harness-jsonl.md) to the worker.
+
+Never imported by oz0; it runs confined (runs/worker/harness/sandbox.py) as
+`python pydantic_ai_bridge.py package.module:agent`, with oz0's own folders taken off its path (this
+folder holds `pydantic_ai.py`, the worker's adapter) and the folders of OZ0_AGENT_PATH put on it.
+Running the agent here, not in the worker, means a crash ends only this process, changed code is
+loaded at the next round, and a cancel reaches the run even while one of its tools blocks.
+
+The run gets a toolset of oz0's: each registry tool the job lists (by its wire name, `clock.now` as
+`clock__now`), `oz__ask`, and `oz__fail`, which sends oz.fail and ends the run. A tool of the
+agent's own that `requires_approval` (or raises `ApprovalRequired`) is resolved during the run by a
+`HandleDeferredToolCalls` capability: each call goes to oz0 as `oz.approval`, and the answer comes
+back as Pydantic AI's own approval, or a `ToolDenied` whose message is the failure's label. A
+`cancel` line fires the run's `CancellationToken`. Exit code 69 says the agent cannot be loaded (the
+worker reports `harness_unavailable`). `--check package.module:agent` only loads it (lint's
+question) and prints the module's agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import queue
+import sys
+import threading
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+UNAVAILABLE_EXIT = 69
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (HERE, ROOT)]
+sys.path[:0] = [*filter(None, os.environ.get("OZ0_AGENT_PATH", "").split(os.pathsep))]
+# The protocol keeps stdout to itself: it goes on a descriptor of its own, and whatever the agent's
+# code prints (to stdout, or fd 1) lands on stderr with its logs.
+_protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+FAIL_DESCRIPTION = (
+    "End the job in failure with one of your declared failure kinds and a message in your own words "
+    "(at most 2,000 characters). Use it only when the job cannot be done."
+)
+ASK_DESCRIPTION = "Ask a person a question and wait for the answer."
+
+_out = threading.Lock()
+_calls = threading.Lock()
+_counter = [0]
+
+
+class Canceled(Exception):
+    pass
+
+
+class JobEnded(Exception):
+    """oz.fail went to oz0, which ends the job."""
+
+
+def send(message: dict[str, Any]) -> None:
+    with _out:
+        _protocol.write(json.dumps(message) + "\n")
+        _protocol.flush()
+
+
+class Inbox:
+    """Reads oz0's lines in a thread: the start, results for the waiting call, and `cancel`,
+    which must reach the run while a model request or a tool is in flight."""
+
+    def __init__(self) -> None:
+        self.start: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.results: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.canceled = threading.Event()
+        self.token: Any = None
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in sys.stdin:
+                message = json.loads(line)
+                if message.get("type") == "start":
+                    self.start.put(message)
+                elif message.get("type") == "result":
+                    self.results.put(message)
+                elif message.get("type") == "cancel":
+                    print("oz0 canceled the run", file=sys.stderr, flush=True)
+                    self._cancel()
+        except (OSError, ValueError):
+            pass
+        self._cancel()  # oz0 closed our input: nobody waits for us any more
+
+    def _cancel(self) -> None:
+        self.canceled.set()
+        if self.token is not None:
+            self.token.cancel()
+
+
+inbox: Inbox
+
+
+def call(tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One call to oz0, answered in order (protocol v1 has one call in flight)."""
+    with _calls:
+        _counter[0] += 1
+        send({"type": "call", "id": _counter[0], "tool": tool, "args": args})
+        while True:
+            if inbox.canceled.is_set():
+                raise Canceled()
+            try:
+                return inbox.results.get(timeout=0.05)
+            except queue.Empty:
+                continue
+
+
+def answer_of(result: dict[str, Any]) -> Any:
+    """What a tool answers the model: the value, or the failure labelled with whose words it is."""
+    return result.get("value") if result.get("ok") else result.get("failure")
+
+
+def as_text(result: dict[str, Any]) -> str:
+    value = answer_of(result)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def load(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    try:
+        from pydantic_ai import Agent
+
+        value: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+    except Exception as error:  # whatever its module raised while it loaded
+        print(f"cannot load the Pydantic AI agent {target!r}: {type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(UNAVAILABLE_EXIT)
+    if not isinstance(value, Agent):
+        print(f"{target!r} is a {type(value).__name__}, not a pydantic_ai.Agent", file=sys.stderr)
+        sys.exit(UNAVAILABLE_EXIT)
+    return value
+
+
+def toolset(start: dict[str, Any]) -> Any:
+    from pydantic_ai import FunctionToolset, Tool
+
+    def oz_fail(kind: str, message: str) -> None:
+        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": {"kind": kind, "message": message}})
+        raise JobEnded()
+
+    def oz_ask(question: str) -> Any:
+        return answer_of(call("oz.ask", {"question": question}))
+
+    def registry_tool(name: str) -> Any:
+        def invoke(**args: Any) -> Any:
+            return answer_of(call(name, args))
+
+        invoke.__name__ = name.replace(".", "__")
+        return invoke
+
+    tools: list[Any] = [
+        Tool(oz_fail, name="oz__fail", description=FAIL_DESCRIPTION),
+        Tool(oz_ask, name="oz__ask", description=ASK_DESCRIPTION),
+    ]
+    for schema in start.get("tools", []):
+        tools.append(
+            Tool.from_schema(
+                registry_tool(schema["name"]),
+                name=schema["name"].replace(".", "__"),
+                description=schema.get("description") or schema["name"],
+                json_schema=schema.get("parameters") or {"type": "object"},
+            )
+        )
+    return FunctionToolset(tools)
+
+
+async def approvals(ctx: Any, requests: Any) -> Any:
+    """Tools of the agent's own waiting for approval: oz0's approval stage decides each."""
+    from pydantic_ai import DeferredToolResults, ToolDenied
+
+    decided: dict[str, Any] = {}
+    for part in requests.approvals:
+        answer = await asyncio.to_thread(call, "oz.approval", {"tool": part.tool_name, "args": part.args_as_dict()})
+        decided[part.tool_call_id] = True if answer.get("ok") else ToolDenied(as_text(answer))
+    return DeferredToolResults(approvals=decided) if decided else None
+
+
+async def drive(agent: Any, start: dict[str, Any]) -> Any:
+    from pydantic_ai import CancellationToken, DeferredToolRequests
+    from pydantic_ai.capabilities import HandleDeferredToolCalls
+
+    inbox.token = CancellationToken()
+    if inbox.canceled.is_set():
+        inbox.token.cancel()
+    prompt = start.get("input")
+    if prompt is None:
+        prompt = "Begin."
+    elif not isinstance(prompt, str):
+        prompt = json.dumps(prompt, sort_keys=True)
+    result = await agent.run(
+        prompt,
+        toolsets=[toolset(start)],
+        instructions=str(start.get("instructions") or "") or None,
+        cancellation_token=inbox.token,
+        capabilities=[HandleDeferredToolCalls(handler=approvals)],
+    )
+    if isinstance(result.output, DeferredToolRequests):
+        names = sorted({part.tool_name for part in result.output.calls})
+        sys.exit(f"the agent left calls to be run outside it ({', '.join(names)}), which oz0 does not run")
+    return result
+
+
+def check(target: str) -> None:
+    """Lint's question: load the target (exit 69 when it cannot be), then name the module's agents."""
+    from pydantic_ai import Agent
+
+    load(target)
+    module = sys.modules[target.partition(":")[0]]
+    send({"agents": sorted(name for name, value in vars(module).items() if isinstance(value, Agent))})
+
+
+def main() -> None:
+    global inbox
+    if sys.argv[1] == "--check":
+        check(sys.argv[2])
+        return
+    agent = load(sys.argv[1])
+    inbox = Inbox()
+    try:
+        start = inbox.start.get(timeout=60)
+    except queue.Empty:
+        sys.exit("oz0 sent no start")
+    try:
+        result = asyncio.run(drive(agent, start))
+    except BaseException as error:
+        if _caused_by(error, JobEnded) or inbox.canceled.is_set() or _caused_by(error, Canceled):
+            return
+        raise
+    if inbox.canceled.is_set():
+        return
+    usage = result.usage
+    output = result.output
+    if hasattr(output, "model_dump"):
+        output = output.model_dump(mode="json")
+    send(
+        {
+            "type": "done",
+            "output": output,
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "requests": usage.requests},
+        }
+    )
+
+
+def _caused_by(error: BaseException, wanted: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    stack = [error]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, wanted):
+            return True
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        stack.extend(getattr(current, "exceptions", ()) or ())
+    return False
+
+
+if __name__ == "__main__":
+    main()

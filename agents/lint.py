@@ -161,7 +161,8 @@ def lint(text: Any) -> Linted:
             Problem(
                 lines.at("failures"),
                 "failures",
-                "declares kinds but `oz.fail` is not in `tools:`, so the agent cannot end a run with them",
+                "declares kinds but `oz.fail` is not in `tools:`, so the agent cannot end a run with them: the model"
+                " is not offered oz.fail, and a round that calls it anyway fails `round_expansion_refused`",
             )
         )
     if "oz.fail" in tools and not declares_kinds:

@@ -1,8 +1,8 @@
 """The Pydantic AI harness (F7): `harness: {pydantic_ai: "package.module:agent"}` names an `Agent`.
 
 oz0 runs it with `run_sync`, adding a toolset of its own: each registry tool the manifest lists (by
-its wire name, `clock.now` as `clock__now`), `oz__ask`, and `oz__fail`, which ends the job with the
-agent's kind through the kernel (F6). A run cancel fires the run's `CancellationToken`. The tokens
+its wire name, `clock.now` as `clock__now`), `oz__ask`, and, when the manifest lists oz.fail,
+`oz__fail`, which ends the job with the agent's kind through the kernel (F6). A run cancel fires the run's `CancellationToken`. The tokens
 `run_sync` reports are billed on the round task.
 """
 
@@ -43,10 +43,9 @@ def toolset(session: HarnessSession) -> FunctionToolset[Any]:
     def oz_ask(question: str) -> Any:
         return session.framework_ask(question)
 
-    tools: list[Tool[Any]] = [
-        Tool(oz_fail, name="oz__fail", description=FAIL_DESCRIPTION),
-        Tool(oz_ask, name="oz__ask", description=ASK_DESCRIPTION),
-    ]
+    tools: list[Tool[Any]] = [Tool(oz_ask, name="oz__ask", description=ASK_DESCRIPTION)]
+    if session.offers_fail:  # F6: oz.fail is the agent's only when its tools list it
+        tools.append(Tool(oz_fail, name="oz__fail", description=FAIL_DESCRIPTION))
     for schema in session.tool_schemas():
         tools.append(
             Tool.from_schema(

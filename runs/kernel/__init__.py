@@ -29,7 +29,7 @@ tests/runs/test_architecture.py holds the order):
 from __future__ import annotations
 
 from runs.kernel.access import require_write
-from runs.kernel.approvals import call_digest, rule_problems, spec_digest
+from runs.kernel.approvals import call_decision, call_digest, rule_problems, spec_digest
 from runs.kernel.approvals import problem_field as approval_problem_field
 from runs.kernel.candidates import repair_candidates_of
 from runs.kernel.compile import (
@@ -187,6 +187,7 @@ __all__ = [
     "rule_problems",
     "settle_parent",
     "spec_digest",
+    "call_decision",
     "sweep_clocks",
     "sweep_delegations",
     "sweep_expired_claims",

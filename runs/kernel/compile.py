@@ -399,7 +399,10 @@ def compile_create(body: Any, workspace: Workspace) -> RunRequest:
     if deliverable is None and isinstance(raw_tasks, list) and raw_tasks and isinstance(raw_tasks[-1], Mapping):
         deliverable = raw_tasks[-1].get("key")
     compiled = compile_tasks(raw_tasks, deliverable=deliverable)
-    approval = compile_approval(body.get("approval"), default_mode=str(manifest.get("approval", {}).get("mode", "ask")))
+    # A flow makes no calls of its own, so it adds no mode of its own: its steps run under their
+    # agents' modes, made stricter by the `approval` its request names or its parent's.
+    default_mode = "bypass" if manifest.get("kind") == "flow" else str(manifest.get("approval", {}).get("mode", "ask"))
+    approval = compile_approval(body.get("approval"), default_mode=default_mode)
     if not body.get("approval") and manifest.get("approval", {}).get("rules"):
         approval["rules"] = list(manifest["approval"]["rules"])
     retry_budget = _retry_budget(body.get("retry"))

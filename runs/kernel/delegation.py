@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
 from runs import failures
+from runs.kernel.approvals import inherited_layers
 from runs.kernel.compile import check_storable, compile_child, schema_allows
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.expansion import add_tasks
@@ -103,7 +104,9 @@ def _start_child(txn: Txn, task: Task) -> None:
         private=run.private,
         input=request.input,
         deliverable=request.deliverable or "",
-        approval=request.approval,
+        # The child never escapes its parent's mode: each of its calls is decided by the stricter of
+        # its own and its ancestors' (runs.kernel.approvals.call_decision).
+        approval={**request.approval, "inherited": inherited_layers(run.pk, run.agent_name, run.approval or {})},
         retry_budget=request.retry_budget,
         parent=run,
         parent_task_key=task.key,

@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 
 from runs.kernel import graph
-from runs.kernel.approvals import deciding_rule, spec_digest
+from runs.kernel.approvals import call_decision, spec_digest
 from runs.kernel.graph import FAILED_STATUSES, LIVE_STATUSES
 from runs.kernel.txn import Txn
 from runs.models import Edge, RunStatus, Task, TaskStatus
@@ -221,16 +221,9 @@ def approval_granted(txn: Txn, task: Task) -> bool:
         )
         Task.objects.filter(pk=task.pk).update(approved_digest=None)
         task.approved_digest = None
-    approval = txn.run.approval or {}
-    mode = approval.get("mode", "ask")
-    decision, rule = None, None
-    if mode == "bypass":
-        decision = "allow"
-    elif mode == "rules":
-        decided = deciding_rule(approval.get("rules", []), str(task.spec.get("tool", "")), task.spec.get("args"))
-        if decided is not None:
-            rule, decision = decided
-    by = {"by": mode} if rule is None else {"by": "rules", "rule": rule}
+    # A child run decides under the stricter of its own mode and its ancestors' (`by` says which
+    # mode, and for a child `mode_of` whose).
+    decision, by = call_decision(txn.run.approval or {}, str(task.spec.get("tool", "")), task.spec.get("args"))
     if decision == "allow" and txn.run.tainted:
         # Another agent's words steer this run's model unlabelled (F15): a person decides each call.
         decision = None
@@ -248,7 +241,15 @@ def approval_granted(txn: Txn, task: Task) -> bool:
         return False
     park = float(settings.OZ0_APPROVAL_PARK_SECONDS)
     # queued_at is when the wait on a person began: the inbox's 'waited' and its ordering.
-    txn.move(task, TaskStatus.NEEDS_APPROVAL, ready=False, deadline_at=txn.now + timedelta(seconds=park), queued_at=txn.now)
+    txn.move(
+        task,
+        TaskStatus.NEEDS_APPROVAL,
+        ready=False,
+        deadline_at=txn.now + timedelta(seconds=park),
+        queued_at=txn.now,
+        # A child run's wait says whose mode asked for a person (its own, or a parent's).
+        event_data=by if "mode_of" in by else None,
+    )
     return False
 
 

@@ -69,6 +69,7 @@ from runs.kernel.leases import (
     sweep_expired_leases,
     sweep_unserved_calls,
 )
+from runs.kernel.output_schemas import free_text_paths
 from runs.kernel.rounds import (
     round_answered,
     round_ask,
@@ -155,6 +156,7 @@ __all__ = [
     "delegate_call_spec",
     "deny",
     "evaluate_guard",
+    "free_text_paths",
     "guard_steps",
     "heartbeat",
     "held_call",

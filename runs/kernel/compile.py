@@ -16,14 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from agents.models import AgentVersion
 from runs.kernel.approvals import problem_field, rule_problems
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.graph import find_cycle
 from runs.kernel.guards import GuardError, parse_guard
+from runs.kernel.output_schemas import schema_problem
 from runs.models import Workspace
 from runs.tools import get_tool
 
@@ -316,24 +314,6 @@ def delegate_call_spec(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
     if "output_schema" in args:
         raw["output_schema"] = args.get("output_schema")
     return delegate_spec(raw, tool)
-
-
-def schema_problem(schema: Mapping[str, Any]) -> str | None:
-    """Why `schema` is not a JSON Schema (draft 2020-12), or None."""
-    try:
-        Draft202012Validator.check_schema(dict(schema))
-    except SchemaError as error:
-        return str(error.message)[:200]
-    return None
-
-
-def schema_allows(schema: Mapping[str, Any], value: Any) -> bool:
-    """Whether `value` is valid under `schema` (a quarantine's output check, F15). A schema that
-    cannot be applied (a `$ref` it cannot resolve: nothing is fetched) lets nothing through."""
-    try:
-        return bool(Draft202012Validator(dict(schema)).is_valid(value))
-    except Exception:
-        return False
 
 
 def _timeout(timeout: Any, where: str) -> float | int:

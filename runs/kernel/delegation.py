@@ -30,11 +30,12 @@ from django.db.models import Exists, OuterRef, Q
 
 from runs import failures
 from runs.kernel.approvals import inherited_layers
-from runs.kernel.compile import check_storable, compile_child, schema_allows
+from runs.kernel.compile import check_storable, compile_child
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.expansion import add_tasks
 from runs.kernel.graph import FAILED_STATUSES, FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
 from runs.kernel.guards import evaluate_guard, guard_steps, parse_guard
+from runs.kernel.output_schemas import free_text_paths, schema_allows
 from runs.kernel.scheduling import after_failure, release
 from runs.kernel.settling import PAUSABLE, cancel, fail_run, pause, paused_by_parent, resume
 from runs.kernel.templates import TemplateError, has_templates, render, template_steps
@@ -237,6 +238,10 @@ def _settle(txn: Txn, task: Task, child: Mapping[str, Any]) -> None:
             )
             after_failure(txn, task)
             return
+        if via == "quarantine" and (free := free_text_paths(schema or {}, value)):
+            # The schema let the child's own words through: they reach the parent's model without a
+            # label's protection, so the parent is tainted as by any unlabelled words (F15).
+            taint(txn, task.key, {"via": "quarantine", "child": child_id, "paths": free})
         txn.event(task.key, "child_ended", data={**ended, "decided": "answered"})
         txn.move(task, TaskStatus.COMPLETED, result={**base, "value": value}, finished_at=txn.now)
         release(txn, [task.key])

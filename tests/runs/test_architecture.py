@@ -59,7 +59,9 @@ KERNEL = ROOT / "runs" / "kernel"
 # Each kernel module imports only from modules of earlier layers (never its own layer, never later).
 KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # typed refusals
-    frozenset({"graph", "access", "approvals", "guards"}),  # pure rules, status groups, who acts, approvals, guards
+    frozenset(
+        {"graph", "access", "approvals", "guards", "output_schemas"}
+    ),  # pure rules, status groups, who acts, approvals, guards, output schemas
     frozenset(
         {"compile", "candidates", "templates"}
     ),  # a request compiled (no HTTP, no writes); repair candidates; flow templates

@@ -46,7 +46,7 @@ from runs.kernel.compile import (
     delegate_call_spec,
 )
 from runs.kernel.delegation import cancel_child, settle_parent, sweep_delegations, words_of
-from runs.kernel.errors import Conflict, Forbidden, InvalidRequest, KernelError, NotFound
+from runs.kernel.errors import Conflict, ContentHidden, Forbidden, InvalidRequest, KernelError, NotFound
 from runs.kernel.expansion import append, await_token_digest, create_run
 from runs.kernel.graph import (
     ASKING_STATUSES,
@@ -125,6 +125,7 @@ __all__ = [
     "SETTLED_STATUSES",
     "Claimed",
     "Conflict",
+    "ContentHidden",
     "Forbidden",
     "GuardError",
     "InvalidRequest",

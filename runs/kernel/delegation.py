@@ -12,7 +12,9 @@ What a child's end means to its parent is decided once, under the parent's lock:
 was asked to stop reads nothing from its child (its task is canceled); otherwise a child that
 answered completes the task, and a child that failed fails it with `child_failed`, carrying the
 child's failure as its own. A child canceled on its own (kind `cancelled`) is an answer for the
-Ask agent and a quarantine, and fails the parent under `via: delegate`.
+Ask agent and a quarantine, and fails the parent under `via: delegate`. A flow step's failure
+follows the step's policy (runs.kernel.compile.flow_tasks) and the flow's end decides the flow
+(runs.kernel.settling).
 
 A flow step's input may hold templates (`runs.kernel.templates`), filled in as its child starts.
 Words of another agent that go in that way come without their labels: the flow is marked
@@ -56,7 +58,7 @@ def tree_max_children() -> int:
 
 def words_of(agent: Any, child_id: Any) -> str:
     """Whose words a child's failure message is (F14)."""
-    return f"the agent {agent} (job {child_id})"
+    return failures.words_of_child(agent, child_id)
 
 
 def _start_child(txn: Txn, task: Task) -> None:
@@ -251,9 +253,10 @@ def _settle(txn: Txn, task: Task, child: Mapping[str, Any]) -> None:
         carried["message"] = None
         carried["error_type"] = _error_type(child_id)
     self_canceled = failure.get("kind") == "cancelled"
-    # Under oz.delegate a child canceled on its own fails the parent (F16); a flow's last step
-    # that fails ends the flow with its agent's kind (F5), nothing after it reads the failure.
-    fails_parent = (self_canceled and via == "delegate") or (via == "step" and bool(task.spec.get("leaf")))
+    # Under oz.delegate a child canceled on its own fails the parent (F16). A flow step's failure
+    # follows its policy: an error branch reads it, else the flow fails with it once every step has
+    # settled (runs.kernel.settling).
+    fails_parent = self_canceled and via == "delegate"
     decided = "fails_parent" if fails_parent else "failed"
     txn.event(task.key, "child_ended", data={**ended, "decided": decided})
     detail = f"{words_of(agent, child_id)} failed with kind {failure.get('kind')}"

@@ -272,11 +272,27 @@ def complete_join(txn: Txn, task: Task) -> None:
     if task.spec.get("mode") == "any":
         first = next(iter(values))
         result: dict[str, Any] = {"value": values[first], "winner": first}
+    elif task.spec.get("mode") == "settled":
+        result = {"value": settled_output(task, values, sources)}
     else:
         result = {"value": values}
     txn.move(task, TaskStatus.COMPLETED, result=result, finished_at=txn.now)
     if task.spec.get("mode") in ("any", "quorum"):
         cancel_losers(txn, task)
+
+
+def settled_output(join: Task, values: Mapping[str, Any], sources: Mapping[str, Task]) -> Any:
+    """A flow's output (F17): the step its manifest names under `output:` (its value, null when it
+    did not complete), the steps it names as a list ({id: value}), else the value of its last step,
+    in the manifest's order, that completed."""
+    named = join.spec.get("output")
+    completed = {key: value for key, value in values.items() if sources[key].status == TaskStatus.COMPLETED}
+    if isinstance(named, str):
+        return completed.get(named)
+    if isinstance(named, list):
+        return {key: completed.get(key) for key in named}
+    last = next((key for key in reversed(join.after) if key in completed), None)
+    return completed[last] if last is not None else None
 
 
 def cancel_losers(txn: Txn, join: Task) -> None:

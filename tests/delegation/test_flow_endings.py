@@ -152,3 +152,15 @@ def test_a_step_whose_agent_is_gone_at_run_time_fails_the_flow_unavailable(
     assert run.status == "canceled" and run.output is None
     assert (run.failure["kind"], run.failure["declared"], run.failure["words_of"]) == ("unavailable", False, "oz0")
     assert steps_of(run)["one"].error_key == "agent_unavailable"
+
+
+@pytest.mark.spec("F17")
+def test_flow_lint_names_a_bad_output_with_its_line(team: Team) -> None:
+    head = "name: out-flow\nkind: flow\nsteps:\n  - id: one\n    agent: a\n"
+    for output, why in (("nowhere", "not a step"), ("[one, one]", "twice"), ("{a: 1}", "list of step ids"), ("[]", "list")):
+        status, body = team.api().post("/agents/lint", {"manifest": f"{head}output: {output}\n"})
+        assert status == 200
+        assert [(e["line"], e["field"]) for e in body["errors"]] == [(6, "output")], body
+        assert why in body["errors"][0]["message"]
+    status, body = team.api().post("/agents/lint", {"manifest": f"{head}output: one\n"})
+    assert status == 200 and body["errors"] == []

@@ -51,12 +51,13 @@ def registering_workspace(user: Any, slug: Any = None) -> Workspace:
     return operated[0]
 
 
-def require_lint_standing(user: Any, slug: Any = None) -> None:
-    """Linting needs a role in the workspace named, or in some workspace."""
+def require_lint_standing(user: Any, slug: Any = None) -> Workspace | None:
+    """Linting needs a role in the workspace named (returned), or in some workspace."""
     if slug is not None:
-        _member_workspace(user, slug)
-    elif not member_workspaces(user):
+        return _member_workspace(user, slug)
+    if not member_workspaces(user):
         raise Forbidden("linting a manifest needs a role in a workspace")
+    return None
 
 
 def visible_versions(user: Any, slug: str | None = None) -> list[AgentVersion]:

@@ -10,7 +10,7 @@ from ninja import Router, Schema
 from agents import access
 from agents.lint import InvalidManifest, Linted, lint
 from agents.models import Agent, AgentVersion
-from agents.registry import register
+from agents.registry import agents_of, register
 from runs.kernel import NotFound
 from runs.models import Workspace
 from runs.schemas import ErrorBody, ErrorOut
@@ -155,8 +155,9 @@ def _invalid(linted: Linted) -> dict[str, Any]:
 @router.post("/agents/lint", response={200: LintOut, **ERRORS}, summary="Lint a manifest without registering it (F2-F8)")
 def lint_agent(request: HttpRequest, payload: ManifestIn) -> dict[str, Any]:
     """Needs a role (any) in the workspace named, or in some workspace."""
-    access.require_lint_standing(request.user, payload.workspace)
-    linted = lint(payload.manifest)
+    workspace = access.require_lint_standing(request.user, payload.workspace)
+    # Naming a workspace lints a flow's steps against its agents, as registering there would.
+    linted = lint(payload.manifest, known_agents=agents_of(workspace) if workspace is not None else None)
     return {"errors": [e.as_dict() for e in linted.errors], "warnings": [w.as_dict() for w in linted.warnings]}
 
 

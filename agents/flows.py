@@ -2,7 +2,8 @@
 as a child run, ordered by `after`, guarded by `when:`. Every problem is reported at once with
 its line, as for an agent's manifest.
 
-A flow declares no failure kinds: its steps fail with their agents' kinds (F5). A later step reads
+A flow declares no failure kinds: its steps fail with their agents' kinds (F5). `output:` names the
+step (or the list of steps) whose output is the flow's. A later step reads
 an earlier one's `output` and `failure` through its guard (error branches, F17) and its input's
 templates (`{{ steps.<id>.output }}`, `{{ input.<name> }}`; runs.kernel.templates); both are
 parsed by the kernel's whitelisted parser, never evaluated as code.
@@ -11,7 +12,7 @@ parsed by the kernel's whitelisted parser, never evaluated as code.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents.parsing import Lines, Problem
@@ -19,13 +20,21 @@ from runs.kernel import GuardError, InvalidRequest, TemplateError, check_storabl
 
 STEP_ID = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 STEP_FIELDS = ("id", "agent", "flow", "input", "after", "when")
-FLOW_FIELDS = ("name", "kind", "description", "steps")
+FLOW_FIELDS = ("name", "kind", "description", "steps", "output")
+
+# Which of the names given are agents (or flows) of the workspace a manifest registers in.
+KnownAgents = Callable[[set[str]], set[str]]
 # A flow's leaves meet in one `any` join, whose sources are capped at 32 (too_wide_a_fan).
 STEPS_MAX = 32
 
 
-def lint_flow(data: Mapping[str, Any], lines: Lines) -> tuple[dict[str, Any] | None, list[Problem]]:
-    """The normalized flow manifest (None when it has errors) and its problems."""
+def lint_flow(
+    data: Mapping[str, Any], lines: Lines, known_agents: KnownAgents | None = None
+) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """The normalized flow manifest (None when it has errors) and its problems. Given the workspace's
+    agents (`known_agents`: registration, and lint naming a workspace), a step naming none of them is
+    an error with its line; without them (`./oz0 plugin lint`) it is found when the step starts
+    (`agent_unavailable`, kind unavailable)."""
     errors: list[Problem] = []
 
     def error(path: tuple[Any, ...], where: str, message: str) -> None:
@@ -106,9 +115,42 @@ def lint_flow(data: Mapping[str, Any], lines: Lines) -> tuple[dict[str, Any] | N
                 step["when"] = raw["when"]
         seen.add(step_id)
         steps.append(step)
+    if known_agents is not None and steps:
+        named = {step["agent"] for step in steps if isinstance(step["agent"], str)}
+        missing = named - known_agents(named)
+        for index, step in enumerate(steps):
+            if step["agent"] in missing:
+                field = "agent" if "agent" in raw_steps[index] else "flow"
+                error(
+                    ("steps", index, field),
+                    f"steps[{index}].{field}",
+                    f"names {step['agent']!r}, which is not an agent of this workspace (register it first)",
+                )
+    output = _lint_output(data.get("output"), [step["id"] for step in steps], lines, errors)
     if errors:
         return None, errors
     manifest: dict[str, Any] = {"name": data.get("name"), "kind": "flow", "steps": steps, "failures": [], "tools": []}
+    if output is not None:
+        manifest["output"] = output
     if isinstance(data.get("description"), str):
         manifest["description"] = data["description"]
     return manifest, errors
+
+
+def _lint_output(raw: Any, step_ids: list[str], lines: Lines, errors: list[Problem]) -> str | list[str] | None:
+    """`output:` names the step whose output is the flow's, or a list of steps (the flow's output is
+    then `{id: output}`); left out, the flow's output is its last step's that completed."""
+    if raw is None:
+        return None
+    names = [raw] if isinstance(raw, str) else raw
+    if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
+        errors.append(Problem(lines.at("output"), "output", "must name a step, or be a list of step ids"))
+        return None
+    unknown = [name for name in names if name not in step_ids]
+    if unknown:
+        errors.append(Problem(lines.at("output"), "output", f"names {', '.join(map(repr, unknown))}, which is not a step"))
+        return None
+    if len(set(names)) != len(names):
+        errors.append(Problem(lines.at("output"), "output", "names a step twice"))
+        return None
+    return raw if isinstance(raw, str) else list(names)

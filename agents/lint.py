@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.flows import lint_flow
+from agents.flows import KnownAgents, lint_flow
 from agents.harness_lint import lint_harness
 from agents.parsing import Lines, Problem, Unparsable, parse
 from runs.failures import PLATFORM_KINDS
@@ -72,8 +72,9 @@ def _route_problem(value: Any) -> str | None:
     return None
 
 
-def lint(text: Any) -> Linted:
-    """Validate a manifest's text; returns the normalized manifest (when valid), errors and warnings."""
+def lint(text: Any, *, known_agents: KnownAgents | None = None) -> Linted:
+    """Validate a manifest's text; returns the normalized manifest (when valid), errors and warnings.
+    `known_agents` answers which names are agents of the workspace it is for (a flow's steps)."""
     try:
         document = parse(text)
     except Unparsable as unparsable:
@@ -108,7 +109,7 @@ def lint(text: Any) -> Linted:
 
     if is_flow:
         # A flow has steps, not a model loop (agents/flows.py checks them, with their lines).
-        flow, flow_errors = lint_flow(data, lines)
+        flow, flow_errors = lint_flow(data, lines, known_agents)
         errors.extend(flow_errors)
         return Linted(flow if not errors else None, errors, warnings)
 
@@ -163,7 +164,8 @@ def lint(text: Any) -> Linted:
             Problem(
                 lines.at("failures"),
                 "failures",
-                "declares kinds but `oz.fail` is not in `tools:`, so the agent cannot end a run with them",
+                "declares kinds but `oz.fail` is not in `tools:`, so the agent cannot end a run with them: the model"
+                " is not offered oz.fail, and a round that calls it anyway fails `round_expansion_refused`",
             )
         )
     if "oz.fail" in tools and not declares_kinds:

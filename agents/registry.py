@@ -40,7 +40,7 @@ def register(text: Any, user: Any = None, *, workspace: Workspace) -> Registered
     Raises `InvalidManifest` listing every error. `user` is whoever registers: the caller
     checks their standing in `workspace`, which the agent belongs to.
     """
-    linted = lint(text)
+    linted = lint(text, known_agents=agents_of(workspace))
     if not linted.ok:
         raise InvalidManifest(linted)
     manifest = linted.manifest
@@ -66,6 +66,15 @@ def register(text: Any, user: Any = None, *, workspace: Workspace) -> Registered
         except IntegrityError:  # a concurrent first registration of the same name: try again
             continue
     raise RuntimeError(f"could not register agent {manifest['name']!r}")
+
+
+def agents_of(workspace: Workspace) -> Callable[[set[str]], set[str]]:
+    """Which of some names are agents (or flows) of the workspace: what a flow's steps may name."""
+
+    def known(names: set[str]) -> set[str]:
+        return set(Agent.objects.filter(workspace=workspace, name__in=sorted(names)).values_list("name", flat=True))
+
+    return known
 
 
 def latest_versions(workspace_ids: Iterable[int]) -> list[AgentVersion]:

@@ -1,7 +1,8 @@
 """Every verb a person can use on a run, one small view each.
 
 `acting` does what every verb shares: POST only, signed in, the run loaded once (a non-member
-gets 404), write standing (403 otherwise), and a kernel refusal told as what happened (a
+gets 404), write standing (403 otherwise; deciding a call or a question also needs to read it,
+403 `content_hidden`), and a kernel refusal told as what happened (a
 `Conflict` because someone else got there first is news, never an error page). A verb view
 then calls one kernel function and says what it did.
 """
@@ -69,6 +70,12 @@ def acting(verb: Verb) -> Verb:
             return verb(request, run, **task)
         except kernel.NotFound:
             return not_found(request, run, task.get("key"))
+        except kernel.ContentHidden:
+            # Deciding a call or answering a question needs to read it: someone else's private run.
+            detail = "deciding this needs to read it, and this private run's words are hidden from you."
+            if request.htmx:
+                return toast(request, ok=False, title="Not allowed", detail=detail, run=run, status=403)
+            return render(request, "console/forbidden.html", {"run": run, "content_hidden": True}, status=403)
         except kernel.KernelError as error:
             return refused(request, run, task.get("key"), error)
 

@@ -27,6 +27,9 @@ class InboxItem(Schema):
     remaining_seconds: int | None = None
     tool: str | None = None
     content_visible: bool | None = None
+    # Whether the caller may approve, deny or answer it: operator standing and the standing to read
+    # its words (a private run's are its creator's); false, the decision answers 403 content_hidden.
+    actionable: bool | None = None
     # Only for those who may read the run's words (F11, F12): left out, not null, for the others.
     args: Any = None
     question: str | None = None

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from runs import kernel
 from runs.models import Membership, Run, RunStatus, Task, TaskStatus, Workspace
-from runs.permissions import can_read_content
+from runs.permissions import can_read_content, has_write_standing
 from runs.selectors import encode_cursor, invalid_cursor, keyset_position, uuid_or_invalid_cursor
 
 KINDS = ("approval", "question", "hold")
@@ -145,6 +145,9 @@ def _task_item(user: Any, task: Task, now: datetime, since: datetime) -> dict[st
         "remaining_seconds": max(0, int((task.deadline_at - now).total_seconds())) if task.deadline_at else None,
         "tool": task.spec.get("tool"),
         "content_visible": content,
+        # Whether this person may decide it: an operator who can read what is decided (F11); someone
+        # else's private run is never decided blind.
+        "actionable": content and has_write_standing(user, run.workspace_id),
     }
     if content:
         item["args"] = task.spec.get("args")

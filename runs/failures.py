@@ -171,6 +171,11 @@ def child_failure_of(result: dict[str, Any] | None, *, content: bool) -> dict[st
     return shown
 
 
+def words_of_child(agent: Any, child_id: Any) -> str:
+    """Whose words a child run's failure message is (F14): the agent that ran it, and its job."""
+    return f"the agent {agent} (job {child_id})"
+
+
 FAILED_TASK_STATUSES = frozenset(TASK_FAILED)
 
 # The platform's own texts, which stay readable for everyone (F11).

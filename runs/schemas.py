@@ -189,6 +189,10 @@ class TaskError(Out):
 
 
 class Failure(Out):
+    """F10's failure. It may carry more: a flow failed by a step's failure also says whose words its
+    message is (`words_of`: `the agent <name> (job <id>)`, or `oz0`)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
     kind: str
     retryable: bool
     partial: bool

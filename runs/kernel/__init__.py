@@ -29,7 +29,7 @@ tests/runs/test_architecture.py holds the order):
 from __future__ import annotations
 
 from runs.kernel.access import require_write
-from runs.kernel.approvals import call_digest, rule_problems, spec_digest
+from runs.kernel.approvals import call_decision, call_digest, rule_problems, spec_digest
 from runs.kernel.approvals import problem_field as approval_problem_field
 from runs.kernel.candidates import repair_candidates_of
 from runs.kernel.compile import (
@@ -46,7 +46,7 @@ from runs.kernel.compile import (
     delegate_call_spec,
 )
 from runs.kernel.delegation import cancel_child, settle_parent, sweep_delegations, words_of
-from runs.kernel.errors import Conflict, Forbidden, InvalidRequest, KernelError, NotFound
+from runs.kernel.errors import Conflict, ContentHidden, Forbidden, InvalidRequest, KernelError, NotFound
 from runs.kernel.expansion import append, await_token_digest, create_run
 from runs.kernel.graph import (
     ASKING_STATUSES,
@@ -69,6 +69,7 @@ from runs.kernel.leases import (
     sweep_expired_leases,
     sweep_unserved_calls,
 )
+from runs.kernel.output_schemas import free_text_paths
 from runs.kernel.rounds import (
     round_answered,
     round_ask,
@@ -124,6 +125,7 @@ __all__ = [
     "SETTLED_STATUSES",
     "Claimed",
     "Conflict",
+    "ContentHidden",
     "Forbidden",
     "GuardError",
     "InvalidRequest",
@@ -155,6 +157,7 @@ __all__ = [
     "delegate_call_spec",
     "deny",
     "evaluate_guard",
+    "free_text_paths",
     "guard_steps",
     "heartbeat",
     "held_call",
@@ -187,6 +190,7 @@ __all__ = [
     "rule_problems",
     "settle_parent",
     "spec_digest",
+    "call_decision",
     "sweep_clocks",
     "sweep_delegations",
     "sweep_expired_claims",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runs.kernel.errors import Forbidden, NotFound
-from runs.permissions import has_write_standing, is_member
+from runs.kernel.errors import ContentHidden, Forbidden, NotFound
+from runs.models import Run
+from runs.permissions import can_read_content, has_write_standing, is_member
 
 
 def actor_name(user: Any) -> str:
@@ -21,3 +22,12 @@ def require_write(user: Any, workspace_id: int) -> None:
         raise NotFound("workspace")
     if not has_write_standing(user, workspace_id):
         raise Forbidden()
+
+
+def require_content(user: Any, run: Run) -> None:
+    """Approving, denying or answering decides on the run's words: whoever decides must be able to
+    read them (F11); someone else's private run is not decided blind."""
+    if user is None:
+        return
+    if not can_read_content(user, run):
+        raise ContentHidden()

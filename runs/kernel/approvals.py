@@ -9,6 +9,10 @@ A rule is `{tool: glob, decision: allow|deny, when: {args.<path>: {matcher: valu
 `when` and `name` are optional. The matchers are data, never evaluated: `equals` (a scalar),
 `prefix` (text), `one_of` (a list of scalars). Every matcher of every condition must hold; an
 argument the call does not have matches nothing.
+
+A child run (a delegate, an Ask agent, a quarantine, a flow step) carries its ancestors' modes as
+`inherited` layers beside its own, nearest first, and each call is decided by the strictest of
+them (`call_decision`): a denial beats a person, a person beats an allow.
 """
 
 from __future__ import annotations
@@ -193,3 +197,56 @@ def deciding_rule(rules: Sequence[Mapping[str, Any]], tool: str, args: Any) -> t
         if rule_matches(rule, tool, args):
             return rule.get("name") or index, str(rule["decision"])
     return None
+
+
+# How strict each decision is: a rule's denial, then a person (ask, or rules no rule decides),
+# then an allow (bypass, or an allowing rule).
+_STRICTNESS = {"deny": 2, None: 1, "allow": 0}
+
+
+def _layer_decision(layer: Mapping[str, Any], tool: str, args: Any) -> tuple[str | None, dict[str, Any]]:
+    mode = str(layer.get("mode", "ask"))
+    if mode == "bypass":
+        return "allow", {"by": "bypass"}
+    if mode == "rules":
+        decided = deciding_rule(layer.get("rules") or [], tool, args)
+        if decided is not None:
+            rule, decision = decided
+            return decision, {"by": "rules", "rule": rule}
+        return None, {"by": "rules"}
+    return None, {"by": "ask"}
+
+
+def call_decision(approval: Mapping[str, Any], tool: str, args: Any) -> tuple[str | None, dict[str, Any]]:
+    """A model-composed call's decision under a run's approval: `allow`, `deny`, or None (a person
+    decides), and who decided (`by`: the mode, `rule`: the rule that decided).
+
+    A child run's `approval` holds its own mode and rules and, under `inherited`, its ancestors'
+    (nearest first, each with its `run` and `agent`): the strictest decision wins, the nearest
+    layer breaking a tie, so a child never runs what its parent's mode would have stopped. For a
+    child run, `mode_of` says whose mode decided: `own`, `parent`, or an `ancestor` further up
+    (with that run and its agent)."""
+    inherited = list(approval.get("inherited") or [])
+    best: tuple[str | None, dict[str, Any]] | None = None
+    for depth, layer in enumerate([approval, *inherited]):
+        decision, who = _layer_decision(layer, tool, args)
+        if inherited:
+            who["mode_of"] = ("own", "parent")[depth] if depth < 2 else "ancestor"
+            if depth:
+                who.update(run=layer.get("run"), agent=layer.get("agent"))
+        if best is None or _STRICTNESS[decision] > _STRICTNESS[best[0]]:
+            best = (decision, who)
+    assert best is not None
+    return best
+
+
+def inherited_layers(parent_id: Any, parent_agent: Any, parent_approval: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What a child run inherits from its parent: the parent's own mode and rules, then what the
+    parent inherited, nearest first."""
+    own = {
+        "run": str(parent_id),
+        "agent": parent_agent or None,
+        "mode": parent_approval.get("mode", "ask"),
+        "rules": list(parent_approval.get("rules") or []),
+    }
+    return [own, *(dict(layer) for layer in parent_approval.get("inherited") or [])]

@@ -16,14 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from agents.models import AgentVersion
 from runs.kernel.approvals import problem_field, rule_problems
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.graph import find_cycle
 from runs.kernel.guards import GuardError, parse_guard
+from runs.kernel.output_schemas import schema_problem
+from runs.kernel.templates import failures_read
 from runs.models import Workspace
 from runs.tools import get_tool
 
@@ -132,11 +131,13 @@ def compile_tasks(
     deliverable: Any = None,
     composed: bool = False,
     lineage: str | None = None,
+    flow: bool = False,
 ) -> Compiled:
     """Validate `raw_tasks` (and the deliverable) against each other and the run's existing keys.
 
-    `existing_keys` maps the run's current keys to their kinds (appends). Raises before
-    anything is written; returns the task specs in request order.
+    `existing_keys` maps the run's current keys to their kinds (appends). `flow`: the tasks a flow's
+    manifest made (flow_tasks), whose end is a `settled` join no client request may ask for. Raises
+    before anything is written; returns the task specs in request order.
     """
     existing = dict(existing_keys or {})
     if raw_tasks is None:
@@ -173,7 +174,7 @@ def compile_tasks(
             raise InvalidRequest("too_wide_a_fan", f"{where} waits on {len(after)} sources; the cap is {MAX_FAN}")
         on_failure = raw.get("on_failure", "propagate")
         _require(on_failure in POLICIES, "invalid_on_failure", f"{where}.on_failure must be one of {', '.join(POLICIES)}")
-        spec = _kind_spec(kind, raw, where, len(after))
+        spec = _kind_spec(kind, raw, where, len(after), flow=flow)
         seen[key] = kind
         compiled.tasks.append(
             TaskSpec(
@@ -199,7 +200,7 @@ def compile_tasks(
     return compiled
 
 
-def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> dict[str, Any]:
+def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int, *, flow: bool = False) -> dict[str, Any]:
     if kind == "tool":
         name = _string(raw, "tool", where, required=True)
         assert name is not None
@@ -245,6 +246,9 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int) -> d
         return spec
     if kind == "join":
         mode = raw.get("mode", "all")
+        if flow and mode == "settled":
+            # A flow's end: settled once every step has, whatever each ended as; its output named.
+            return {"mode": "settled", **({"output": raw["output"]} if raw.get("output") is not None else {})}
         _require(mode in ("all", "any", "quorum"), "invalid_field", f"{where}.mode must be all, any or quorum")
         _require(sources > 0, "invalid_field", f"{where}: a join needs at least one source in `after`")
         spec = {"mode": mode}
@@ -291,8 +295,6 @@ def delegate_spec(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
         except GuardError as bad:
             raise InvalidRequest("invalid_field", f"{where}.when is not a guard: {bad}") from None
         spec["when"] = raw["when"]
-    if raw.get("leaf"):
-        spec["leaf"] = True
     return spec
 
 
@@ -316,24 +318,6 @@ def delegate_call_spec(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
     if "output_schema" in args:
         raw["output_schema"] = args.get("output_schema")
     return delegate_spec(raw, tool)
-
-
-def schema_problem(schema: Mapping[str, Any]) -> str | None:
-    """Why `schema` is not a JSON Schema (draft 2020-12), or None."""
-    try:
-        Draft202012Validator.check_schema(dict(schema))
-    except SchemaError as error:
-        return str(error.message)[:200]
-    return None
-
-
-def schema_allows(schema: Mapping[str, Any], value: Any) -> bool:
-    """Whether `value` is valid under `schema` (a quarantine's output check, F15). A schema that
-    cannot be applied (a `$ref` it cannot resolve: nothing is fetched) lets nothing through."""
-    try:
-        return bool(Draft202012Validator(dict(schema)).is_valid(value))
-    except Exception:
-        return False
 
 
 def _timeout(timeout: Any, where: str) -> float | int:
@@ -398,8 +382,11 @@ def compile_create(body: Any, workspace: Workspace) -> RunRequest:
     deliverable = body.get("deliverable")
     if deliverable is None and isinstance(raw_tasks, list) and raw_tasks and isinstance(raw_tasks[-1], Mapping):
         deliverable = raw_tasks[-1].get("key")
-    compiled = compile_tasks(raw_tasks, deliverable=deliverable)
-    approval = compile_approval(body.get("approval"), default_mode=str(manifest.get("approval", {}).get("mode", "ask")))
+    compiled = compile_tasks(raw_tasks, deliverable=deliverable, flow=not body.get("tasks") and manifest.get("kind") == "flow")
+    # A flow makes no calls of its own, so it adds no mode of its own: its steps run under their
+    # agents' modes, made stricter by the `approval` its request names or its parent's.
+    default_mode = "bypass" if manifest.get("kind") == "flow" else str(manifest.get("approval", {}).get("mode", "ask"))
+    approval = compile_approval(body.get("approval"), default_mode=default_mode)
     if not body.get("approval") and manifest.get("approval", {}).get("rules"):
         approval["rules"] = list(manifest["approval"]["rules"])
     retry_budget = _retry_budget(body.get("retry"))
@@ -427,11 +414,16 @@ FLOW_END = "flow"
 
 
 def flow_tasks(manifest: Mapping[str, Any], run_input: Any) -> list[dict[str, Any]]:
-    """A flow's steps as delegate tasks (F17): each a child run of its agent, absorbing its failure
-    so later steps can read it, guarded by its `when:`; its leaves meet in an `any` join, the
-    run's deliverable. A failed leaf ends the flow with its agent's kind (runs.kernel.delegation)."""
+    """A flow's steps as delegate tasks (F17), each a child run of its agent guarded by its `when:`.
+    A step whose failure a later step reads (its guard or input template on the step's `failure` or
+    `status`) absorbs it, so the error branch runs; any other step's failure propagates: what comes
+    after it is skipped, and the flow fails with it. Every step meets in a `settled` join, `flow`,
+    the run's deliverable: the flow ends when all its steps have settled (no step is a join loser),
+    and its output is the steps the manifest names under `output:`, else its last step that
+    completed (runs.kernel.scheduling.complete_join); a step's unread failure fails it instead
+    (runs.kernel.settling)."""
     steps = list(manifest.get("steps") or [])
-    consumed = {source for step in steps for source in step.get("after", [])}
+    read = failures_read(steps)
     tasks: list[dict[str, Any]] = []
     for step in steps:
         task: dict[str, Any] = {
@@ -441,15 +433,15 @@ def flow_tasks(manifest: Mapping[str, Any], run_input: Any) -> list[dict[str, An
             "input": step.get("input", run_input),
             "via": "step",
             "after": list(step.get("after", [])),
-            "on_failure": "absorb",
+            "on_failure": "absorb" if step["id"] in read else "propagate",
         }
         if step.get("when") is not None:
             task["when"] = step["when"]
-        if step["id"] not in consumed:
-            task["leaf"] = True
         tasks.append(task)
-    leaves = [step["id"] for step in steps if step["id"] not in consumed]
-    tasks.append({"key": FLOW_END, "kind": "join", "mode": "any", "after": leaves})
+    end: dict[str, Any] = {"key": FLOW_END, "kind": "join", "mode": "settled", "after": [step["id"] for step in steps]}
+    if manifest.get("output") is not None:
+        end["output"] = manifest["output"]
+    tasks.append(end)
     return tasks
 
 

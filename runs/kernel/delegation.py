@@ -12,7 +12,9 @@ What a child's end means to its parent is decided once, under the parent's lock:
 was asked to stop reads nothing from its child (its task is canceled); otherwise a child that
 answered completes the task, and a child that failed fails it with `child_failed`, carrying the
 child's failure as its own. A child canceled on its own (kind `cancelled`) is an answer for the
-Ask agent and a quarantine, and fails the parent under `via: delegate`.
+Ask agent and a quarantine, and fails the parent under `via: delegate`. A flow step's failure
+follows the step's policy (runs.kernel.compile.flow_tasks) and the flow's end decides the flow
+(runs.kernel.settling).
 
 A flow step's input may hold templates (`runs.kernel.templates`), filled in as its child starts.
 Words of another agent that go in that way come without their labels: the flow is marked
@@ -29,11 +31,13 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
 from runs import failures
-from runs.kernel.compile import check_storable, compile_child, schema_allows
+from runs.kernel.approvals import inherited_layers
+from runs.kernel.compile import check_storable, compile_child
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.expansion import add_tasks
 from runs.kernel.graph import FAILED_STATUSES, FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
 from runs.kernel.guards import evaluate_guard, guard_steps, parse_guard
+from runs.kernel.output_schemas import free_text_paths, schema_allows
 from runs.kernel.scheduling import after_failure, release
 from runs.kernel.settling import PAUSABLE, cancel, fail_run, pause, paused_by_parent, resume
 from runs.kernel.templates import TemplateError, has_templates, render, template_steps
@@ -54,7 +58,7 @@ def tree_max_children() -> int:
 
 def words_of(agent: Any, child_id: Any) -> str:
     """Whose words a child's failure message is (F14)."""
-    return f"the agent {agent} (job {child_id})"
+    return failures.words_of_child(agent, child_id)
 
 
 def _start_child(txn: Txn, task: Task) -> None:
@@ -103,7 +107,9 @@ def _start_child(txn: Txn, task: Task) -> None:
         private=run.private,
         input=request.input,
         deliverable=request.deliverable or "",
-        approval=request.approval,
+        # The child never escapes its parent's mode: each of its calls is decided by the stricter of
+        # its own and its ancestors' (runs.kernel.approvals.call_decision).
+        approval={**request.approval, "inherited": inherited_layers(run.pk, run.agent_name, run.approval or {})},
         retry_budget=request.retry_budget,
         parent=run,
         parent_task_key=task.key,
@@ -234,6 +240,10 @@ def _settle(txn: Txn, task: Task, child: Mapping[str, Any]) -> None:
             )
             after_failure(txn, task)
             return
+        if via == "quarantine" and (free := free_text_paths(schema or {}, value)):
+            # The schema let the child's own words through: they reach the parent's model without a
+            # label's protection, so the parent is tainted as by any unlabelled words (F15).
+            taint(txn, task.key, {"via": "quarantine", "child": child_id, "paths": free})
         txn.event(task.key, "child_ended", data={**ended, "decided": "answered"})
         txn.move(task, TaskStatus.COMPLETED, result={**base, "value": value}, finished_at=txn.now)
         release(txn, [task.key])
@@ -243,9 +253,10 @@ def _settle(txn: Txn, task: Task, child: Mapping[str, Any]) -> None:
         carried["message"] = None
         carried["error_type"] = _error_type(child_id)
     self_canceled = failure.get("kind") == "cancelled"
-    # Under oz.delegate a child canceled on its own fails the parent (F16); a flow's last step
-    # that fails ends the flow with its agent's kind (F5), nothing after it reads the failure.
-    fails_parent = (self_canceled and via == "delegate") or (via == "step" and bool(task.spec.get("leaf")))
+    # Under oz.delegate a child canceled on its own fails the parent (F16). A flow step's failure
+    # follows its policy: an error branch reads it, else the flow fails with it once every step has
+    # settled (runs.kernel.settling).
+    fails_parent = self_canceled and via == "delegate"
     decided = "fails_parent" if fails_parent else "failed"
     txn.event(task.key, "child_ended", data={**ended, "decided": decided})
     detail = f"{words_of(agent, child_id)} failed with kind {failure.get('kind')}"

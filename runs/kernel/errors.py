@@ -34,3 +34,13 @@ class Forbidden(KernelError):
 
 class Conflict(KernelError):
     status = 409
+
+
+class ContentHidden(KernelError):
+    """Deciding a call or answering a question needs to read it (F11): its words are hidden from
+    this person (someone else's private run), so they may not decide it blind."""
+
+    status = 403
+
+    def __init__(self, detail: str = "deciding this needs to read it: the run's words are hidden from you") -> None:
+        super().__init__("content_hidden", detail)

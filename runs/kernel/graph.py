@@ -63,6 +63,9 @@ def decide(kind: str, mode: str | None, quorum: int | None, states: Sequence[Sou
     bad = sum(1 for s in states if s == "bad")
     pending = len(states) - ok - bad
     if kind == "join":
+        if mode == "settled":
+            # A flow's end: it waits for every source to settle, however each ended, and never skips.
+            return "wait" if pending else "complete"
         if mode == "any":
             need = 1
         elif mode == "quorum":

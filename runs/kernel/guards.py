@@ -156,9 +156,14 @@ def parse_guard(text: Any) -> Node:
 
 def guard_steps(node: Node) -> set[str]:
     """The step ids a guard reads."""
+    return {path[1] for path in guard_paths(node)}
+
+
+def guard_paths(node: Node) -> list[Node]:
+    """The `steps.<id>.<field>...` paths a guard reads, each `("path", id, field, names)`."""
     if node[0] == "path":
-        return {node[1]}
-    return set().union(*(guard_steps(child) for child in node[1:] if isinstance(child, tuple)))
+        return [node]
+    return [path for child in node[1:] if isinstance(child, tuple) for path in guard_paths(child)]
 
 
 def evaluate_guard(node: Node, steps: Mapping[str, Mapping[str, Any]]) -> Any:

@@ -246,7 +246,9 @@ def _native_mark(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def round_oz_fail(claimed: Claimed, kind: Any, message: Any, *, extra: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
-    """The agent ended the run with oz.fail(kind, message) (F6): canceled with that failure."""
+    """The agent ended the run with oz.fail(kind, message) (F6): canceled with that failure. A round
+    whose tools do not list oz.fail cannot end its job so: the round fails round_expansion_refused,
+    whichever loop (oz0's own, a harness) reported the call."""
     with locked(claimed.run_id, "model") as txn:
         task = held_task(txn, claimed)
         if task is None:
@@ -257,14 +259,15 @@ def round_oz_fail(claimed: Claimed, kind: Any, message: Any, *, extra: Mapping[s
             "claim": None,
             "finished_at": txn.now,
         }
-        refusal = _oz_fail_refusal(kind, message)
+        manifest = _manifest(txn.run)
+        refusal = _oz_fail_refusal(kind, message) if _lists_oz_fail(task.spec, manifest) else OZ_FAIL_UNLISTED
         if refusal is not None:
             # The call cannot be read as oz.fail at all: the round fails rather than end the run
             # with a kind the agent never named (F6), and a person sees why.
             fields["state"] = _without_refused_turn(fields["state"])
             fail_claimed(txn, task, TaskStatus.FAILED, "round_expansion_refused", refusal, fields)
             return True
-        declarations = {d["kind"]: d for d in _manifest(txn.run).get("failures", [])}
+        declarations = {d["kind"]: d for d in manifest.get("failures", [])}
         if kind in declarations:
             failure = failures.declared_failure(declarations[kind], message)
         else:
@@ -275,6 +278,18 @@ def round_oz_fail(claimed: Claimed, kind: Any, message: Any, *, extra: Mapping[s
         txn.move(task, TaskStatus.FAILED, error=(failures.OZ_FAIL_ERROR_KEY, message), **fields)
         fail_run(txn, failure, message, task)
         return True
+
+
+OZ_FAIL_UNLISTED = (
+    "oz.fail is not in the round's tools (the agent's `tools:`): list it there to end a job with one of its failure kinds"
+)
+
+
+def _lists_oz_fail(spec: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
+    """Whether the round may end its job with oz.fail (F6): its own `tools`, else its agent's, list it
+    (a round's tool list is the one its driver offers the model, runs.worker.round_driver)."""
+    listed = spec.get("tools") or manifest.get("tools") or []
+    return "oz.fail" in listed
 
 
 def _oz_fail_refusal(kind: Any, message: Any) -> str | None:

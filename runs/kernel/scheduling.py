@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 
 from runs.kernel import graph
-from runs.kernel.approvals import deciding_rule, spec_digest
+from runs.kernel.approvals import call_decision, spec_digest
 from runs.kernel.graph import FAILED_STATUSES, LIVE_STATUSES
 from runs.kernel.txn import Txn
 from runs.models import Edge, RunStatus, Task, TaskStatus
@@ -235,16 +235,9 @@ def approval_granted(txn: Txn, task: Task) -> bool:
         )
         Task.objects.filter(pk=task.pk).update(approved_digest=None)
         task.approved_digest = None
-    approval = txn.run.approval or {}
-    mode = approval.get("mode", "ask")
-    decision, rule = None, None
-    if mode == "bypass":
-        decision = "allow"
-    elif mode == "rules":
-        decided = deciding_rule(approval.get("rules", []), str(task.spec.get("tool", "")), task.spec.get("args"))
-        if decided is not None:
-            rule, decision = decided
-    by = {"by": mode} if rule is None else {"by": "rules", "rule": rule}
+    # A child run decides under the stricter of its own mode and its ancestors' (`by` says which
+    # mode, and for a child `mode_of` whose).
+    decision, by = call_decision(txn.run.approval or {}, str(task.spec.get("tool", "")), task.spec.get("args"))
     if decision == "allow" and txn.run.tainted:
         # Another agent's words steer this run's model unlabelled (F15): a person decides each call.
         decision = None
@@ -262,7 +255,15 @@ def approval_granted(txn: Txn, task: Task) -> bool:
         return False
     park = float(settings.OZ0_APPROVAL_PARK_SECONDS)
     # queued_at is when the wait on a person began: the inbox's 'waited' and its ordering.
-    txn.move(task, TaskStatus.NEEDS_APPROVAL, ready=False, deadline_at=txn.now + timedelta(seconds=park), queued_at=txn.now)
+    txn.move(
+        task,
+        TaskStatus.NEEDS_APPROVAL,
+        ready=False,
+        deadline_at=txn.now + timedelta(seconds=park),
+        queued_at=txn.now,
+        # A child run's wait says whose mode asked for a person (its own, or a parent's).
+        event_data=by if "mode_of" in by else None,
+    )
     return False
 
 
@@ -285,11 +286,27 @@ def complete_join(txn: Txn, task: Task) -> None:
     if task.spec.get("mode") == "any":
         first = next(iter(values))
         result: dict[str, Any] = {"value": values[first], "winner": first}
+    elif task.spec.get("mode") == "settled":
+        result = {"value": settled_output(task, values, sources)}
     else:
         result = {"value": values}
     txn.move(task, TaskStatus.COMPLETED, result=result, finished_at=txn.now)
     if task.spec.get("mode") in ("any", "quorum"):
         cancel_losers(txn, task)
+
+
+def settled_output(join: Task, values: Mapping[str, Any], sources: Mapping[str, Task]) -> Any:
+    """A flow's output (F17): the step its manifest names under `output:` (its value, null when it
+    did not complete), the steps it names as a list ({id: value}), else the value of its last step,
+    in the manifest's order, that completed."""
+    named = join.spec.get("output")
+    completed = {key: value for key, value in values.items() if sources[key].status == TaskStatus.COMPLETED}
+    if isinstance(named, str):
+        return completed.get(named)
+    if isinstance(named, list):
+        return {key: completed.get(key) for key in named}
+    last = next((key for key in reversed(join.after) if key in completed), None)
+    return completed[last] if last is not None else None
 
 
 def cancel_losers(txn: Txn, join: Task) -> None:

@@ -76,6 +76,8 @@ def _settle_run(txn: Txn) -> None:
         _hold(txn, _halt_stamp(pending))
         return
     deliverable = Task.objects.filter(run=run, key=run.deliverable).first()
+    if deliverable is not None and deliverable.status == TaskStatus.COMPLETED and _settled_on_a_failure(txn, deliverable):
+        return
     if deliverable is not None and deliverable.status == TaskStatus.COMPLETED:
         output = (deliverable.result or {}).get("value")
         txn.set_run(output=output, attention=None, held_since=None, finished_at=txn.now, announcements=[])
@@ -90,6 +92,40 @@ def _settle_run(txn: Txn) -> None:
             "kinds": [failures.task_kind(cause.error_key, cause.result)] if cause is not None else [],
         },
     )
+
+
+def _settled_on_a_failure(txn: Txn, deliverable: Task) -> bool:
+    """A flow's end (a `settled` join) reached with a step's failure no later step read (it
+    propagated, unresolved): the flow fails with that step's failure, the first in the manifest's
+    order (F17), its message labelled with whose words it is. True when it did."""
+    if deliverable.kind != "join" or deliverable.spec.get("mode") != "settled":
+        return False
+    sources = txn.tasks_by_key(deliverable.after)
+    failed = next(
+        (
+            sources[key]
+            for key in deliverable.after
+            if key in sources
+            and sources[key].status in FAILED_STATUSES
+            and sources[key].on_failure != "absorb"
+            and sources[key].failure_resolution is None
+        ),
+        None,
+    )
+    if failed is None:
+        return False
+    carried = failures.child_failure_of(failed.result, content=True)
+    if carried is not None:
+        result = failed.result or {}
+        failure = {**carried, "words_of": failures.words_of_child(result.get("agent"), result.get("child"))}
+    else:
+        # The step never had a child to speak (its agent is gone, a cap): oz0's own words.
+        kind = failures.kind_for_error_key(failed.error_key)
+        failure = {**failures.platform_failure(kind, failed.error_detail), "words_of": "oz0"}
+    fail_run(txn, failure, failed.error_detail or failed.error_key or "a step failed", failed)
+    # Every step has settled: the cancel has nothing to wait for, and the flow ends now.
+    _settle_run(txn)
+    return True
 
 
 def _failure_behind(txn: Txn, task: Task | None) -> Task | None:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runs.kernel.guards import GuardError, Node, evaluate_guard, parse_guard
+from runs.kernel.guards import GuardError, Node, evaluate_guard, guard_paths, parse_guard
 
 TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 INPUT_PATH = re.compile(r"^input((?:\.[A-Za-z_][A-Za-z0-9_\-]*)*)$")
@@ -130,3 +130,22 @@ def render(value: Any, run_input: Any, steps: Mapping[str, Mapping[str, Any]]) -
     docstring). `steps` is the guards' view: {id: {status, output, failure}}."""
     renderer = _Renderer(run_input, steps)
     return renderer.render(value), renderer.words_of
+
+
+def failures_read(steps: list[Mapping[str, Any]]) -> set[str]:
+    """The flow steps whose failure a later step reads (F17): a `when:` guard or an input template on
+    `steps.<id>.failure` or `steps.<id>.status`. Such a failure is an error branch's to handle; any
+    other step's failure ends the flow with it. A guard or template that does not parse reads nothing
+    (lint refuses it before it is stored)."""
+    read: set[str] = set()
+    for step in steps:
+        paths: list[Node] = []
+        try:
+            if step.get("when") is not None:
+                paths.extend(guard_paths(parse_guard(step["when"])))
+            if "input" in step:
+                paths.extend(template_paths(step["input"]))
+        except (GuardError, TemplateError):
+            continue
+        read.update(path[1] for path in paths if path[0] == "path" and path[2] in ("failure", "status"))
+    return read

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runs.kernel.access import actor_name, require_write
+from runs.kernel.access import actor_name, require_content, require_write
 from runs.kernel.approvals import is_digest, spec_digest
 from runs.kernel.candidates import repair_candidates_of
 from runs.kernel.compile import check_storable
@@ -30,6 +30,14 @@ def _verb_task(txn: Txn, user: Any, key: str) -> Task:
     if task is None:
         raise NotFound("task")
     txn.remember([task])
+    return task
+
+
+def _decision_task(txn: Txn, user: Any, key: str) -> Task:
+    """A waiting task a person decides on (approve, deny, answer): write standing, and the
+    standing to read what is decided (content_hidden otherwise)."""
+    task = _verb_task(txn, user, key)
+    require_content(user, txn.run)
     return task
 
 
@@ -109,7 +117,7 @@ def approve(*, run_id: Any, key: str, user: Any, digest: Any = None) -> Run:
     if digest is not None and not is_digest(digest):
         raise InvalidRequest("invalid_field", "`digest` must be the 64 lowercase hex characters the inbox showed")
     with locked(run_id, actor_name(user)) as txn:
-        task = _verb_task(txn, user, key)
+        task = _decision_task(txn, user, key)
         if task.status != TaskStatus.NEEDS_APPROVAL:
             raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
         current = spec_digest(task.spec)
@@ -123,7 +131,7 @@ def approve(*, run_id: Any, key: str, user: Any, digest: Any = None) -> Run:
 
 def deny(*, run_id: Any, key: str, user: Any, reason: str) -> Run:
     with locked(run_id, actor_name(user)) as txn:
-        task = _verb_task(txn, user, key)
+        task = _decision_task(txn, user, key)
         if task.status != TaskStatus.NEEDS_APPROVAL:
             raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
         # The reason is the approver's words: the trace shows it only to content readers (not structural).
@@ -146,7 +154,7 @@ def answer(*, run_id: Any, key: str, user: Any, value: Any) -> Run:
     """Answer a model's question (a tokenless await in awaiting_input)."""
     check_storable(value)
     with locked(run_id, actor_name(user)) as txn:
-        task = _verb_task(txn, user, key)
+        task = _decision_task(txn, user, key)
         if task.status != TaskStatus.AWAITING_INPUT:
             raise Conflict("not_pending", f"task {key!r} is {task.status}, not awaiting input")
         txn.event(task.key, "verb", data={"verb": "answer", "value": value})

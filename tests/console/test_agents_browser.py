@@ -31,6 +31,7 @@ def failed_run(team: Team, agent: str) -> Run:
                 "kind": "round",
                 "model": "script",
                 "prompt": "go",
+                "tools": ["oz.fail"],
                 "script": [{"oz_fail": {"kind": "not_found", "message": "WORDS-NOT-FOR-VIEWERS"}}],
             }
         ],

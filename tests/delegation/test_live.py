@@ -76,7 +76,9 @@ def test_a_parent_cancel_stops_a_sleeping_child_on_a_real_worker(live_team: Team
         "sleeper",
     )
     status, created = team.api().post(
-        f"/workspaces/{team.slug}/runs", {"tasks": [{"key": "d", "kind": "delegate", "agent": sleeper}]}
+        # The child runs under the stricter of its parent's mode and its own: the parent says bypass.
+        f"/workspaces/{team.slug}/runs",
+        {"tasks": [{"key": "d", "kind": "delegate", "agent": sleeper}], "approval": {"mode": "bypass"}},
     )
     assert status == 201, created
     parent_id = created["run"]["id"]

@@ -28,6 +28,7 @@ def oz_fail_round(kind: str = "not_found", message: str = "the words") -> dict[s
         "kind": "round",
         "model": "script",
         "prompt": "go",
+        "tools": ["oz.fail"],
         "script": [{"oz_fail": {"kind": kind, "message": message}}],
     }
 

@@ -59,10 +59,11 @@ KERNEL = ROOT / "runs" / "kernel"
 # Each kernel module imports only from modules of earlier layers (never its own layer, never later).
 KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # typed refusals
-    frozenset({"graph", "access", "approvals", "guards"}),  # pure rules, status groups, who acts, approvals, guards
     frozenset(
-        {"compile", "candidates", "templates"}
-    ),  # a request compiled (no HTTP, no writes); repair candidates; flow templates
+        {"graph", "access", "approvals", "guards", "output_schemas"}
+    ),  # pure rules, status groups, who acts, approvals, guards, output schemas
+    frozenset({"templates"}),  # flow templates (read with the guards' parser)
+    frozenset({"compile", "candidates"}),  # a request compiled (no HTTP, no writes); repair candidates
     frozenset({"bulk"}),  # set-based writes of many rows in one statement (unnest), each a compare-and-set
     frozenset({"txn"}),  # Txn + locked(): the unit of work
     frozenset({"scheduling"}),  # evaluate, release, start, joins, a failure's policy

@@ -41,7 +41,7 @@ def provider_calls(run: Run) -> int:
     ],
 )
 def test_it_refuses_an_oz_fail_without_a_kind_as_a_round_expansion(team: Team, answer: dict[str, Any]) -> None:
-    run = drive(round_run(team, script=[answer]))
+    run = drive(round_run(team, script=[answer], tools=["oz.fail"]))
     r1 = task(run, "r1")
     assert (r1.status, r1.error_key) == ("failed", "round_expansion_refused")
     assert "without a kind" in (r1.error_detail or "")
@@ -52,7 +52,7 @@ def test_it_refuses_an_oz_fail_without_a_kind_as_a_round_expansion(team: Team, a
 
 @pytest.mark.spec("F6")
 def test_it_still_ends_a_run_undeclared_for_a_kind_the_agent_does_not_declare(team: Team) -> None:
-    run = drive(round_run(team, script=[{"oz_fail": {"kind": "no_such_kind", "message": "words"}}]))
+    run = drive(round_run(team, script=[{"oz_fail": {"kind": "no_such_kind", "message": "words"}}], tools=["oz.fail"]))
     assert run.status == "canceled" and run.failure["kind"] == "undeclared"
 
 

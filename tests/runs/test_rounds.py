@@ -111,8 +111,9 @@ def test_it_compacts_a_failed_round_on_a_persons_word(team: Team) -> None:
 @pytest.mark.spec("F6")
 def test_it_refuses_an_oz_fail_message_over_two_thousand_characters(team: Team) -> None:
     script = [{"oz_fail": {"kind": "not_found", "message": "x" * 2001}}]
-    run = create(team, {"model": "script", "script": script, "on_failure": "halt"})
+    run = create(team, {"model": "script", "script": script, "on_failure": "halt", "tools": ["oz.fail"]})
     assert task(run, "r1").error_key == "round_expansion_refused"
+    assert "2001 characters" in (task(run, "r1").error_detail or "")
     # The run holds on the refused round (kind model), never on the kind the agent asked for.
     assert run.status == "needs_attention" and run.failure is not None
     assert (run.failure["kind"], run.failure["declared"]) == ("model", False)

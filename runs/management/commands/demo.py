@@ -149,6 +149,7 @@ DEMO_RUNS: list[tuple[str, dict[str, Any]]] = [
                     "kind": "round",
                     "model": "script",
                     "prompt": "Look up issue 404.",
+                    "tools": ["oz.fail"],
                     "script": [{"oz_fail": {"kind": "no_such_issue", "message": "issue 404 does not exist"}}],
                 }
             ],

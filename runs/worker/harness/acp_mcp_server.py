@@ -2,7 +2,7 @@
 as `python acp_mcp_server.py <socket>`, and each MCP tool call goes to the worker's harness session
 over that unix socket as a JSON-lines protocol v1 `call` (docs/harness-jsonl.md).
 
-Tools: `fail(kind, message)` (oz.fail: ends the job), `ask(question)` (oz.ask), and each tool the
+Tools: `fail(kind, message)` (oz.fail: ends the job; only when the manifest lists oz.fail), `ask(question)` (oz.ask), and each tool the
 manifest lists (registry tools and the delegating built-ins), by its wire name (`clock.now` as
 `clock__now`), with the JSON Schema of its arguments as its input schema: the agent calls it with
 the tool's own arguments, as it would call any MCP tool.
@@ -78,6 +78,8 @@ def tools_of(start: dict[str, Any]) -> dict[str, tuple[str, types.Tool]]:
             types.Tool(name="ask", description="Ask a person a question and wait for the answer.", input_schema=ASK_SCHEMA),
         ),
     }
+    if "oz.fail" not in start.get("builtins", []):
+        del tools["fail"]  # the agent does not list oz.fail (F6): its MCP server does not offer it
     for schema in start.get("tools", []):
         wire = schema["name"].replace(".", "__")
         parameters = schema.get("parameters") or {"type": "object"}

@@ -135,6 +135,13 @@ class HarnessSession:
         listed = self.task.spec.get("tools") or self.manifest.get("tools") or []
         return [str(name) for name in listed if not str(name).startswith("oz.") or str(name) in kernel.DELEGATE_TOOLS]
 
+    @property
+    def offers_fail(self) -> bool:
+        """Whether the agent lists oz.fail (F6): only then is it offered to the framework or
+        protocol, and only then does a call of it end the job."""
+        listed = self.task.spec.get("tools") or self.manifest.get("tools") or []
+        return "oz.fail" in listed
+
     def tool_schemas(self) -> list[dict[str, Any]]:
         schemas = []
         for name in self.tools:
@@ -164,7 +171,12 @@ class HarnessSession:
             "failures": list(self.manifest.get("failures", [])),
             "input": self.run.input,
             "tools": self.tool_schemas(),
-            "builtins": ["oz.fail", "oz.ask", "oz.approval", *(name for name in self.tools if name in kernel.DELEGATE_TOOLS)],
+            "builtins": [
+                *(["oz.fail"] if self.offers_fail else []),
+                "oz.ask",
+                "oz.approval",
+                *(name for name in self.tools if name in kernel.DELEGATE_TOOLS),
+            ],
         }
 
     def prompt(self) -> str:
@@ -197,6 +209,8 @@ class HarnessSession:
         return extra
 
     def call_tool(self, name: Any, args: Any) -> CallResult:
+        if name == "oz.fail":
+            return refused("oz.fail is not in this agent's `tools:`, so it cannot end the job with a failure kind")
         if not isinstance(name, str) or not name or (name.startswith("oz.") and name not in kernel.DELEGATE_TOOLS):
             return refused(f"{name!r} is not a tool this agent may call through oz0")
         if not isinstance(args, Mapping):
@@ -217,7 +231,11 @@ class HarnessSession:
 
     def fail(self, kind: Any, message: Any) -> None:
         """oz.fail: the kernel decides declared or undeclared and refuses a message over the cap; the
-        job ends either way (a refused oz.fail fails the round, as in oz0's own loop)."""
+        job ends either way (a refused oz.fail fails the round, as in oz0's own loop). An agent that
+        does not list oz.fail was never offered it: this returns, and the caller answers the call as
+        any other, which `call_tool` refuses (round_expansion_refused), so the agent goes on."""
+        if not self.offers_fail:
+            return
         kernel.round_oz_fail(self.claimed, kind, message, extra=self.extra(), state=self.state)
         raise JobEnded()
 

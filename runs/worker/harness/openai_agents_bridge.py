@@ -8,7 +8,8 @@ cannot be imported into one interpreter. This script is never imported by oz0; i
 oz0's own folders taken off its path and the folders of OZ0_AGENT_PATH put on it.
 
 oz0's registry tools and `oz__ask` become SDK function tools whose calls go to oz0 as `call`s;
-`oz__fail` sends oz.fail and ends the run (its exception surfaces: failure_error_function=None). A
+`oz__fail` (offered when the manifest lists oz.fail) sends oz.fail and ends the run (its exception
+surfaces: failure_error_function=None). A
 tool of the agent's own with `needs_approval` pauses the SDK's run: each interruption goes to oz0 as
 `oz.approval`, and the run resumes from its state with the call approved, or rejected with the
 failure's label as the rejection message the model reads. A `cancel` line cancels the streamed run
@@ -141,7 +142,9 @@ def oz0_tools(start: dict[str, Any]) -> list[Any]:
         """Ask a person a question and wait for the answer."""
         return as_tool_output(await asyncio.to_thread(call, "oz.ask", {"question": question}))
 
-    return [*(registry_tool(schema) for schema in start.get("tools", [])), oz_fail, oz_ask]
+    # oz.fail is offered only when the agent lists it (F6): the start message's builtins say so.
+    fail = [oz_fail] if "oz.fail" in start.get("builtins", []) else []
+    return [*(registry_tool(schema) for schema in start.get("tools", [])), *fail, oz_ask]
 
 
 def load(target: str) -> Any:

@@ -8,7 +8,7 @@ Running the agent here, not in the worker, means a crash ends only this process,
 loaded at the next round, and a cancel reaches the run even while one of its tools blocks.
 
 The run gets a toolset of oz0's: each registry tool the job lists (by its wire name, `clock.now` as
-`clock__now`), `oz__ask`, and `oz__fail`, which sends oz.fail and ends the run. A tool of the
+`clock__now`), `oz__ask`, and (when the manifest lists oz.fail) `oz__fail`, which sends oz.fail and ends the run. A tool of the
 agent's own that `requires_approval` (or raises `ApprovalRequired`) is resolved during the run by a
 `HandleDeferredToolCalls` capability: each call goes to oz0 as `oz.approval`, and the answer comes
 back as Pydantic AI's own approval, or a `ToolDenied` whose message is the failure's label. A
@@ -157,10 +157,9 @@ def toolset(start: dict[str, Any]) -> Any:
         invoke.__name__ = name.replace(".", "__")
         return invoke
 
-    tools: list[Any] = [
-        Tool(oz_fail, name="oz__fail", description=FAIL_DESCRIPTION),
-        Tool(oz_ask, name="oz__ask", description=ASK_DESCRIPTION),
-    ]
+    tools: list[Any] = [Tool(oz_ask, name="oz__ask", description=ASK_DESCRIPTION)]
+    if "oz.fail" in start.get("builtins", []):  # F6: oz.fail is the agent's only when its tools list it
+        tools.append(Tool(oz_fail, name="oz__fail", description=FAIL_DESCRIPTION))
     for schema in start.get("tools", []):
         tools.append(
             Tool.from_schema(

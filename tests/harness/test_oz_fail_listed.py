@@ -5,17 +5,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from runs.models import Run, Task
 from runs.worker.harness.acp_mcp_server import tools_of
-from tests.conftest import ROOT, Team
-from tests.harness import pydantic_agents
-from tests.harness.conftest import SCRIPTED, harness_manifest, records, start_run
+from tests.conftest import Team
+from tests.harness.conftest import harness_manifest, jsonl_manifest, record_path, records, start_run
 
-ACP_AGENT = str(Path(__file__).with_name("acp_test_agent.py"))
 SLOW = 90
 
 
@@ -38,15 +35,11 @@ def _not_ended_by_the_agents_kind(run: Run) -> None:
 
 
 @pytest.mark.spec("F6", "F7")
-def test_a_jsonl_agent_that_does_not_list_oz_fail_is_not_offered_it_and_its_call_is_refused(
-    harness_team: Team, tmp_path: Path
-) -> None:
-    record = tmp_path / "record.jsonl"
+def test_a_jsonl_agent_that_does_not_list_oz_fail_is_not_offered_it_and_its_call_is_refused(harness_team: Team) -> None:
+    record = record_path()
     script = [{"fail": {"kind": "not_found", "message": "gone"}}, {"done": "$last"}]
-    env = {"OZ0_TEST_SCRIPT": json.dumps(script), "OZ0_TEST_RECORD": str(record)}
-    manifest = unlisted(harness_manifest("jl-unlisted", {"jsonl": {"command": ["python", SCRIPTED], "env": env}}))
-    run, thread = start_run(harness_team, manifest)
-    thread.join()
+    run, thread = start_run(harness_team, unlisted(jsonl_manifest("jl-unlisted", script, record=record)))
+    thread.join(SLOW)
     run = _settled(run)
     start, refusal = records(record)[:2]
     assert "oz.fail" not in start["builtins"] and "oz.ask" in start["builtins"]
@@ -58,32 +51,42 @@ def test_a_jsonl_agent_that_does_not_list_oz_fail_is_not_offered_it_and_its_call
 
 
 @pytest.mark.spec("F6", "F7")
-def test_a_jsonl_agent_that_lists_oz_fail_is_offered_it(harness_team: Team, tmp_path: Path) -> None:
-    record = tmp_path / "record.jsonl"
-    env = {"OZ0_TEST_SCRIPT": json.dumps([{"fail": {"kind": "not_found", "message": "gone"}}]), "OZ0_TEST_RECORD": str(record)}
-    run, thread = start_run(harness_team, harness_manifest("jl-listed", {"jsonl": {"command": ["python", SCRIPTED], "env": env}}))
-    thread.join()
+def test_a_jsonl_agent_that_lists_oz_fail_is_offered_it(harness_team: Team) -> None:
+    record = record_path()
+    script = [{"fail": {"kind": "not_found", "message": "gone"}}]
+    run, thread = start_run(harness_team, jsonl_manifest("jl-listed", script, record=record))
+    thread.join(SLOW)
     assert "oz.fail" in records(record)[0]["builtins"]
     assert _settled(run).failure["kind"] == "not_found"
 
 
 @pytest.mark.spec("F6", "F7")
 def test_a_pydantic_ai_agent_that_does_not_list_oz_fail_has_no_oz_fail_tool(harness_team: Team) -> None:
-    manifest = unlisted(harness_manifest("pa-unlisted", {"pydantic_ai": "tests.harness.pydantic_agents:declared"}))
-    run, thread = start_run(harness_team, manifest)
-    thread.join()
-    assert pydantic_agents.SEEN["tools"] == ["oz__ask"]
-    _not_ended_by_the_agents_kind(run)
+    listing = unlisted(harness_manifest("pa-unlisted-tools", {"pydantic_ai": "oz0_test_pydantic_agents:lists_tools"}))
+    run, thread = start_run(harness_team, listing)
+    thread.join(SLOW)
+    assert json.loads(_settled(run).output) == ["oz__ask"]
+    listed, thread = start_run(
+        harness_team, harness_manifest("pa-listed-tools", {"pydantic_ai": "oz0_test_pydantic_agents:lists_tools"})
+    )
+    thread.join(SLOW)
+    assert json.loads(_settled(listed).output) == ["oz__ask", "oz__fail"]
+    # An agent whose model calls oz__fail anyway cannot end the job with its kind.
+    failing, thread = start_run(
+        harness_team, unlisted(harness_manifest("pa-unlisted", {"pydantic_ai": "oz0_test_pydantic_agents:declared"}))
+    )
+    thread.join(SLOW)
+    _not_ended_by_the_agents_kind(failing)
 
 
 @pytest.mark.spec("F6", "F7")
-def test_the_acp_mcp_server_offers_fail_only_to_an_agent_that_lists_oz_fail(harness_team: Team, tmp_path: Path) -> None:
+def test_the_acp_mcp_server_offers_fail_only_to_an_agent_that_lists_oz_fail(harness_team: Team) -> None:
     assert set(tools_of({"builtins": ["oz.fail", "oz.ask"], "tools": []})) == {"fail", "ask"}
     assert set(tools_of({"builtins": ["oz.ask"], "tools": []})) == {"ask"}
-    record = tmp_path / "record.jsonl"
+    record = record_path()
     script = [{"tool": "fail", "args": {"kind": "not_found", "message": "gone"}}, {"say": "$last"}]
     env = {"OZ0_TEST_SCRIPT": json.dumps(script), "OZ0_TEST_RECORD": str(record)}
-    manifest = unlisted(harness_manifest("acp-unlisted", {"acp": {"command": ["python", ACP_AGENT], "env": env}}))
+    manifest = unlisted(harness_manifest("acp-unlisted", {"acp": {"program": "acp-scripted", "env": env}}))
     run, thread = start_run(harness_team, manifest)
     thread.join(SLOW)
     assert [r["names"] for r in records(record) if r.get("event") == "tools"] == [["ask"]]
@@ -91,10 +94,7 @@ def test_the_acp_mcp_server_offers_fail_only_to_an_agent_that_lists_oz_fail(harn
 
 
 @pytest.mark.spec("F6", "F7")
-def test_an_openai_agents_sdk_agent_that_does_not_list_oz_fail_has_no_oz_fail_tool(
-    harness_team: Team, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("OZ0_AGENT_PATH", str(ROOT / "tests" / "harness" / "sdk_agents"))
+def test_an_openai_agents_sdk_agent_that_does_not_list_oz_fail_has_no_oz_fail_tool(harness_team: Team) -> None:
     manifest = unlisted(harness_manifest("oa-unlisted", {"openai_agents": "oz0_test_sdk_agents:declared"}))
     run, thread = start_run(harness_team, manifest)
     thread.join(SLOW)

@@ -32,3 +32,26 @@ def freeze_the_startup_heap(**kwargs: Any) -> None:
     """Once the worker has loaded its tasks (in the parent, so prefork children share the frozen
     pages) and again in each child after its own start (oz0site/heap.py says why)."""
     freeze_startup_heap()
+
+
+@signals.beat_init.connect
+def start_the_sweeper(sender: Any = None, **kwargs: Any) -> None:
+    """Beat runs the run sweeps itself, in a thread (runs/worker/periodic.py says why)."""
+    import django
+
+    django.setup()
+    from runs.worker.periodic import Sweeper
+
+    Sweeper().start()
+
+
+@signals.worker_ready.connect
+def start_proving_the_worker_alive(sender: Any = None, **kwargs: Any) -> None:
+    """A worker of the default queue stamps the heartbeat /healthz reads, from its main process."""
+    from django.conf import settings
+
+    from runs.worker.periodic import WorkerAlive
+
+    consumed = set(getattr(getattr(sender, "app", app).amqp.queues, "consume_from", None) or ())
+    if not consumed or settings.CELERY_TASK_DEFAULT_QUEUE in consumed:
+        WorkerAlive().start()

@@ -1,4 +1,4 @@
-"""GET /healthz: the database, Redis and the worker heartbeat, each with a status.
+"""GET /healthz: the database, Redis, the worker heartbeat and beat's sweeps, each with a status.
 
 The page is public (load balancers read it), so a failure says what failed in a fixed word and
 never the exception's text (hosts, ports, user names); the text goes to the log.
@@ -14,8 +14,6 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
-
-WORKER_STALE_SECONDS = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -47,23 +45,35 @@ def check_redis() -> dict[str, Any]:
         client.close()
 
 
-def check_worker() -> dict[str, Any]:
+def _stamp_check(key: str, what: str, nobody: str) -> dict[str, Any]:
     from django.core.cache import cache
 
     try:
-        beat = cache.get(settings.OZ0_WORKER_HEARTBEAT_KEY)
+        stamp = cache.get(key)
     except Exception as error:
-        return _failed("worker heartbeat (redis)", error)
-    if beat is None:
-        return {"status": "unknown", "detail": "no worker has reported yet"}
-    age = time.time() - float(beat)
-    status = "ok" if age <= WORKER_STALE_SECONDS else "stale"
+        return _failed(f"{what} heartbeat (redis)", error)
+    if stamp is None:
+        return {"status": "unknown", "detail": nobody}
+    age = time.time() - float(stamp)
+    status = "ok" if age <= float(settings.OZ0_WORKER_STALE_SECONDS) else "stale"
     return {"status": status, "last_seen_seconds_ago": round(age, 1)}
+
+
+def check_worker() -> dict[str, Any]:
+    """A worker of the default queue stamps this from its main process, however busy its slots
+    are (runs.worker.periodic.WorkerAlive): stale means no worker is alive, never a long queue."""
+    return _stamp_check(settings.OZ0_WORKER_HEARTBEAT_KEY, "worker", "no worker has reported yet")
+
+
+def check_sweeps() -> dict[str, Any]:
+    """Beat's sweeper stamps this at every pass: stale means beat is down (or cannot run its sweeps)."""
+    return _stamp_check(settings.OZ0_SWEEP_HEARTBEAT_KEY, "sweeps", "no sweep has run yet")
 
 
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    checks = {"database": check_database(), "redis": check_redis(), "worker": check_worker()}
+    checks = {"database": check_database(), "redis": check_redis(), "worker": check_worker(), "sweeps": check_sweeps()}
     healthy = checks["database"]["status"] == "ok" and checks["redis"]["status"] == "ok"
-    status = "ok" if healthy and checks["worker"]["status"] == "ok" else ("degraded" if healthy else "error")
+    working = checks["worker"]["status"] == "ok" and checks["sweeps"]["status"] == "ok"
+    status = "ok" if healthy and working else ("degraded" if healthy else "error")
     return JsonResponse({"status": status, "checks": checks}, status=200 if healthy else 503)

@@ -138,10 +138,18 @@ OZ0_SESSION_QUEUE = env.str("OZ0_SESSION_QUEUE", default=f"{CELERY_TASK_DEFAULT_
 OZ0_SESSION_SLOTS = env.int("OZ0_SESSION_SLOTS", default=16)
 # The most of those threads one workspace's sessions hold at once; the rest wait their turn.
 OZ0_SESSION_SLOTS_PER_WORKSPACE = env.int("OZ0_SESSION_SLOTS_PER_WORKSPACE", default=8)
+# The run sweeps (expired claims, clocks, lost messages, ...) are no messages: beat runs them in a
+# thread of its own every OZ0_SWEEP_SECONDS (runs.worker.periodic.Sweeper), where no call can
+# delay them. What beat still sends expires after one period: a message that waited that long
+# behind the work is stale, and the next one is on its way.
+OZ0_SWEEP_SECONDS = env.float("OZ0_SWEEP_SECONDS", default=2.0)
+OZ0_NOTIFY_SWEEP_SECONDS = env.float("OZ0_NOTIFY_SWEEP_SECONDS", default=30.0)
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "runs.tasks.sweep", "schedule": env.float("OZ0_SWEEP_SECONDS", default=2.0)},
-    "worker-heartbeat": {"task": "runs.tasks.noop", "schedule": 60.0},
-    "notify-sweep": {"task": "notify.tasks.sweep", "schedule": env.float("OZ0_NOTIFY_SWEEP_SECONDS", default=30.0)},
+    "notify-sweep": {
+        "task": "notify.tasks.sweep",
+        "schedule": OZ0_NOTIFY_SWEEP_SECONDS,
+        "options": {"expires": OZ0_NOTIFY_SWEEP_SECONDS},
+    },
 }
 CELERY_TASK_ALWAYS_EAGER = False
 # Celery's Django fixup (celery/fixups/django.py) closes every database connection before and
@@ -230,8 +238,17 @@ OZ0_QUICK_SPREAD = env.int("OZ0_QUICK_SPREAD", default=2)
 # Delegation's caps (kind `limit`): how deep a tree of child runs goes, how many children one run starts.
 OZ0_TREE_MAX_DEPTH = env.int("OZ0_TREE_MAX_DEPTH", default=4)
 OZ0_TREE_MAX_CHILDREN = env.int("OZ0_TREE_MAX_CHILDREN", default=16)
-# Beat's sweep, run by a worker of the default queue, stamps this; /healthz reads it.
+# Every worker consuming the default queue stamps this from its main process every quarter of
+# OZ0_WORKER_STALE_SECONDS, however busy its slots; /healthz calls the worker stale past that.
 OZ0_WORKER_HEARTBEAT_KEY = env.str("OZ0_WORKER_HEARTBEAT_KEY", default=f"oz0:worker-heartbeat:{CELERY_TASK_DEFAULT_QUEUE}")
+OZ0_WORKER_STALE_SECONDS = env.float("OZ0_WORKER_STALE_SECONDS", default=30.0)
+# Beat's sweeper stamps this at every pass; /healthz calls the sweeps stale past OZ0_WORKER_STALE_SECONDS.
+OZ0_SWEEP_HEARTBEAT_KEY = env.str("OZ0_SWEEP_HEARTBEAT_KEY", default=f"oz0:sweep-heartbeat:{CELERY_TASK_DEFAULT_QUEUE}")
+# How long a worker keeps trying to claim a message's task or write a call's report while the
+# database is unreachable (then the message goes back to the queue, the claim to the lease sweep).
+OZ0_DATABASE_RETRY_SECONDS = env.float("OZ0_DATABASE_RETRY_SECONDS", default=600.0)
+# How long an Idempotency-Key's first answer is kept (runs/idempotency.py).
+OZ0_IDEMPOTENCY_SECONDS = env.float("OZ0_IDEMPOTENCY_SECONDS", default=24 * 3600.0)
 
 # Agents written in frameworks (F7, docs/harnesses.md): the installer, never a workspace, decides
 # what code they run, and each harness process is confined (runs/worker/harness/sandbox.py).

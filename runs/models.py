@@ -302,6 +302,9 @@ class EffectRecord(models.Model):
     workspace_id = models.BigIntegerField(null=True, blank=True)
     replayable = models.BooleanField(default=False)
     at = models.DateTimeField(auto_now_add=True)
+    # When the execution's stay ended (null: it never did, its worker died): two executions of one
+    # call that overlap ran at once.
+    finished_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.effect_id
@@ -380,3 +383,23 @@ class Executor(models.Model):
 
     def __str__(self) -> str:
         return self.name or str(self.id)
+
+
+class IdempotencyKey(models.Model):
+    """The first answer to a create or append sent with an `Idempotency-Key` header, written in the
+    request's own transaction (runs/idempotency.py): a retry with the key gets it again."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    # SHA-256 of the method, the path and the body (canonical JSON): what "the same request" means.
+    fingerprint = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField()
+    answer = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "user", "key"], name="idempotency_unique_key")]
+
+    def __str__(self) -> str:
+        return self.key

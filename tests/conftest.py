@@ -213,6 +213,7 @@ def celery_queue() -> Iterator[str]:
     celery_app.conf.task_default_queue = queue
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
     settings.OZ0_WORKER_HEARTBEAT_KEY = f"oz0:worker-heartbeat:{queue}"
+    settings.OZ0_SWEEP_HEARTBEAT_KEY = f"oz0:sweep-heartbeat:{queue}"
     settings.OZ0_SESSION_QUEUE = f"{queue}.sessions"
     yield queue
     import redis

@@ -20,11 +20,15 @@ from runs.models import RunStatus, Task, TaskStatus
 MAX_EXPIRED_CLAIMS = 3
 
 
-def sweep_expired_claims(now: datetime | None = None) -> int:
+def sweep_expired_claims(now: datetime | None = None, *, grace: float = 0.0) -> int:
     """A running call whose claimant stopped heartbeating: a replayable one is queued again,
-    a non-replayable one becomes `uncertain` for a person to decide (S10)."""
+    a non-replayable one becomes `uncertain` for a person to decide (S10).
+
+    `grace`: seconds added to the lease, given by a sweeper that could not see the database for
+    that long (an outage: no holder could heartbeat either), so a live holder is not taken for dead
+    before it has had a whole lease to heartbeat again."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS))
+    cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS) + max(0.0, grace))
     stale = list(Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "run_id", "claim"))
     for task_id, run_id, claim in stale:
         with locked(run_id, "sweep") as txn:
@@ -43,10 +47,12 @@ def _expire_claim(txn: Txn, task: Task) -> None:
     replayable = is_replayable(task)
     expired = int(task.state.get("expired_claims", 0)) + 1
     state = {**task.state, "expired_claims": expired}
+    # When its holder last proved itself alive: how late the sweep acted is read off the trace.
+    seen = {"claim": task.claim, "heartbeat_at": task.heartbeat_at.isoformat() if task.heartbeat_at else None}
     if replayable and expired >= MAX_EXPIRED_CLAIMS:
         # Its workers keep dying during this call (a crash, an out-of-memory kill): handing it on
         # again would loop forever, so it fails for a person to look at.
-        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False, "expired": expired})
+        txn.event(task.key, "claim_expired", data={**seen, "replayed": False, "expired": expired})
         txn.move(
             task,
             TaskStatus.FAILED,
@@ -58,11 +64,11 @@ def _expire_claim(txn: Txn, task: Task) -> None:
         )
         after_failure(txn, task)
     elif replayable:
-        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": True, "expired": expired})
+        txn.event(task.key, "claim_expired", data={**seen, "replayed": True, "expired": expired})
         txn.move(task, TaskStatus.WAITING, claim=None, ready=False, deadline_at=None, state=state)
         make_ready(txn, task)
     else:
-        txn.event(task.key, "claim_expired", data={"claim": task.claim, "replayed": False})
+        txn.event(task.key, "claim_expired", data={**seen, "replayed": False})
         txn.move(
             task,
             TaskStatus.UNCERTAIN,

@@ -6,6 +6,7 @@ claim); a lost claim (a cancel, a sweep, a lost race) answers False and changes 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,9 @@ from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, approval_holds, release, tool_deadline
 from runs.kernel.txn import Txn, locked
-from runs.models import Run, Task, TaskStatus
+from runs.models import Run, Task, TaskStatus, TraceEvent
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -123,13 +126,50 @@ def heartbeat(claim: str) -> bool:
 
 
 def held_task(txn: Txn, claimed: Claimed) -> Task | None:
-    """The claimed task, while its claim still holds (a runner's call stays dispatched under its lease)."""
+    """The claimed task, while its claim still holds (a runner's call stays dispatched under its lease).
+    None refuses the report; a claim the lease sweep took is recorded (`lease_lost`)."""
     task = Task.objects.filter(
         pk=claimed.task_id, run=txn.run, claim=claimed.claim, status__in=(TaskStatus.RUNNING, TaskStatus.DISPATCHED)
     ).first()
     if task is not None:
         txn.remember([task])
+    else:
+        record_lost_lease(txn, [claimed])
     return task
+
+
+def worker_of(claim: str) -> str:
+    """The worker a claim names: `host:pid` (runs.worker.execution.new_claim)."""
+    return ":".join(claim.split(":")[:2])
+
+
+def record_lost_lease(txn: Txn, refused: Sequence[Claimed]) -> None:
+    """Reports refused because the lease sweep took their claims: the holder stopped heartbeating
+    past its lease (a stopped or cut-off worker) and came back. The report changes nothing; the
+    trace says so (`lease_lost`, naming the worker) and the log too. A claim lost any other way
+    (a cancel, a deadline, a lost race, a report that already settled it) is not a lost lease."""
+    if not refused:
+        return
+    expired = set(
+        TraceEvent.objects.filter(
+            run_id=txn.run.pk,
+            task_key__in=[c.key for c in refused],
+            event="claim_expired",
+            data__claim__in=list({c.claim for c in refused}),
+        ).values_list("task_key", "data__claim")
+    )
+    for claimed in refused:
+        if (claimed.key, claimed.claim) not in expired:
+            continue
+        worker = worker_of(claimed.claim)
+        txn.event(claimed.key, "lease_lost", data={"worker": worker, "claim": claimed.claim, "attempt": claimed.attempt})
+        log.warning(
+            "worker %s reported task %s (%s of run %s) after its lease expired: the report was refused",
+            worker,
+            claimed.task_id,
+            claimed.key,
+            claimed.run_id,
+        )
 
 
 def merge_result(txn: Txn, task: Task, extra: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -298,6 +338,7 @@ def report_batch(outcomes: Sequence[Outcome], *, take: int = 0, then_claim: str 
             values = [(o.claimed.task_id, o.value) for o in outcomes]
             by_id = {t.pk: t for t in complete_held(txn.run.pk, claim, values, txn.now)}
             completed = [by_id[o.claimed.task_id] for o in outcomes if o.claimed.task_id in by_id]
+            record_lost_lease(txn, [o.claimed for o in outcomes if o.claimed.task_id not in by_id])
             txn.remember(completed)
             for task in completed:
                 txn.event(task.key, "status", TaskStatus.RUNNING, TaskStatus.COMPLETED)
@@ -325,6 +366,7 @@ def settle_mixed(txn: Txn, outcomes: Sequence[Outcome], claim: str) -> list[Task
         )
     }
     txn.remember(held.values())
+    record_lost_lease(txn, [o.claimed for o in outcomes if o.claimed.task_id not in held])
     completed: list[Task] = []
     values: list[tuple[int, Any]] = []
     for outcome in outcomes:

@@ -2,7 +2,8 @@
 
 The claim is conditional, so a redelivered or duplicated Celery message finds nothing
 to take. While a call runs, a heartbeat thread proves the claimant alive and carries the
-kernel's stop request (a cancel or a lost join race) to the call.
+kernel's stop request (a cancel or a lost join race) to the call. Claims and reports wait out a
+database outage, and every thread replaces a connection that failed (runs.worker.reporting).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.db import close_old_connections, connection
 from runs import kernel
 from runs.kernel import Claimed, KernelError, check_storable
 from runs.worker.harness import harness_of, run_harnessed_round
+from runs.worker.reporting import DatabaseUnavailable, is_database_error, replace_connection, settle, with_database
 from runs.worker.round_driver import run_round
 from runs.worker.tool_functions import ToolCanceled, ToolContext, ToolError, function_of
 
@@ -81,15 +83,20 @@ class Heartbeat:
                     try:
                         if self.beat():
                             self.cancel.set()
-                    except Exception:  # a passing database hiccup must not kill the call
-                        log.exception("heartbeat failed for %s", self.name)
+                    except Exception as error:  # a passing database hiccup must not kill the call
+                        log.warning("heartbeat failed for %s: %s: %s", self.name, type(error).__name__, error)
+                        if is_database_error(error):
+                            # The next beat opens a new connection: this one may be dead for good
+                            # (a restarted server), and nothing else in this thread would replace it.
+                            replace_connection()
         finally:
             connection.close()
 
 
 def execute_task(task_id: int, run_id: str | None = None) -> None:
     close_old_connections()
-    claimed = kernel.claim_task(run_id, task_id, new_claim())
+    claim = new_claim()
+    claimed = with_database(lambda: kernel.claim_task(run_id, task_id, claim), f"claiming task {task_id}")
     if claimed is None:
         return
     with Heartbeat(partial(kernel.heartbeat, claimed.claim), f"task {claimed.task_id}") as beat:
@@ -101,8 +108,9 @@ def execute_session(task_id: int, run_id: str | None = None) -> bool:
     of the session threads (`OZ0_SESSION_SLOTS_PER_WORKSPACE`): then False, and the caller sends
     it again later, so one workspace's sessions waiting on people never take every thread."""
     close_old_connections()
-    if run_id is not None and not kernel.session_room(run_id, int(settings.OZ0_SESSION_SLOTS_PER_WORKSPACE)):
-        kernel.defer_queued(task_id)
+    slots = int(settings.OZ0_SESSION_SLOTS_PER_WORKSPACE)
+    if run_id is not None and not with_database(lambda: kernel.session_room(run_id, slots), f"session room of task {task_id}"):
+        with_database(lambda: kernel.defer_queued(task_id), f"deferring task {task_id}")
         return False
     execute_task(task_id, run_id)
     return True
@@ -111,7 +119,11 @@ def execute_session(task_id: int, run_id: str | None = None) -> bool:
 def execute_claimed(claimed: Claimed, cancel: threading.Event) -> None:
     """Run a claimed call to its report. Whatever goes wrong on the way, the claim is never left
     behind: an unexpected exception settles the call as failed with the key `error`, where an
-    abandoned claim would only be handed on by the lease sweep, again and again."""
+    abandoned claim would only be handed on by the lease sweep, again and again.
+
+    A database that stays unreachable is not the call's failure: a report that could not be
+    written, or a database error met while driving a round, leaves the claim to the lease sweep
+    (a replayable call runs again, a non-replayable one waits for a person), never a false `failed`."""
     try:
         if claimed.kind == "tool":
             run_tool(claimed, cancel)
@@ -119,9 +131,22 @@ def execute_claimed(claimed: Claimed, cancel: threading.Event) -> None:
             run_harnessed_round(claimed, cancel)
         else:
             run_round(claimed, cancel)
+    except DatabaseUnavailable:
+        log.error("task %s (%s): its report could not be written; the lease sweep will hand it on", claimed.task_id, claimed.key)
     except Exception as error:
+        if is_database_error(error):
+            log.error(
+                "task %s (%s) met a database error: %s; the lease sweep will hand it on", claimed.task_id, claimed.key, error
+            )
+            replace_connection()
+            return
         log.exception("task %s (%s) failed in the worker", claimed.task_id, claimed.kind)
-        kernel.task_errored(claimed, error)
+        try:
+            settle(kernel.task_errored, claimed, error)
+        except DatabaseUnavailable:
+            log.error(
+                "task %s (%s): its failure could not be written; the lease sweep will hand it on", claimed.task_id, claimed.key
+            )
 
 
 # How long one worker keeps running the quick calls its own chunks make ready, and how many
@@ -140,7 +165,7 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
         return
     deadline = time.monotonic() + CONTINUATION_SECONDS
     claim = new_claim()
-    claimed = kernel.claim_batch(run_id, task_ids, claim)
+    claimed = with_database(lambda: kernel.claim_batch(run_id, task_ids, claim), f"claiming a batch of {len(task_ids)}")
     if not claimed:
         return
     # One heartbeat thread for the whole message, following each claim in turn.
@@ -153,13 +178,24 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
             take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
             claim = new_claim()
             try:
-                with beat.held():
-                    claimed = kernel.report_batch(outcomes, take=take, then_claim=claim)
+                # The heartbeat waits while a report is written (the two would lock the rows in
+                # different orders), but beats between tries while the database is away.
+                claimed = with_database(
+                    partial(kernel.report_batch, outcomes, take=take, then_claim=claim),
+                    f"reporting a batch of {len(claimed)}",
+                    holding=beat.held,
+                )
+            except DatabaseUnavailable:
+                log.error("a batch of %d quick calls could not be reported; the lease sweep will hand it on", len(claimed))
+                return
             except Exception as error:
                 # As for a single call: no claim is left behind for the lease sweep to hand on forever.
                 log.exception("a batch of %d quick calls could not be reported", len(claimed))
                 for call in claimed:
-                    kernel.task_errored(call, error)
+                    try:
+                        settle(kernel.task_errored, call, error)
+                    except DatabaseUnavailable:
+                        return
                 return
             cancel = beat.follow(partial(kernel.heartbeat, claim))
 
@@ -189,8 +225,8 @@ def tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:
 def run_tool(claimed: Claimed, cancel: threading.Event) -> None:
     outcome = tool_outcome(claimed, cancel)
     if outcome.stopped:
-        kernel.task_stopped(claimed)
+        settle(kernel.task_stopped, claimed)
     elif outcome.error is not None:
-        kernel.task_fail(claimed, outcome.error[0], outcome.error[1])
+        settle(kernel.task_fail, claimed, outcome.error[0], outcome.error[1])
     else:
-        kernel.task_complete(claimed, outcome.value)
+        settle(kernel.task_complete, claimed, outcome.value)

@@ -1,21 +1,33 @@
-"""What beat runs every OZ0_SWEEP_SECONDS: the worker heartbeat, then each kernel sweep
-(expired claims, clocks, lost messages, executor leases, unserved runner calls, a child's lost
-settle or cancel).
+"""What runs on a clock: beat's sweeps, and the workers' proof of life that /healthz reads.
 
-A sweep that fails is logged and the others still run; the next pass tries it again.
+The sweeps (expired claims, clocks, lost messages, executor leases, unserved runner calls, a
+child's lost settle or cancel, expired idempotency keys) run every OZ0_SWEEP_SECONDS in a thread of
+beat's own process (`Sweeper`, started by oz0site.celery when beat starts), never as messages
+on the workers' queue: there a sweep waited behind the very calls whose holders it must watch
+(two slots busy with long calls meant no sweep, so a dead holder's call did not move on).
+
+A sweep that fails is logged and the others still run; the next pass tries it again. A sweeper
+that could not see the database for a while (an outage) gives every holder that much more time
+before its lease counts as expired (`DatabaseWatch`): no holder could heartbeat meanwhile either.
+
+Workers stamp their own liveness (`WorkerAlive`, a thread of the worker's main process) every
+quarter of OZ0_WORKER_STALE_SECONDS, however busy their slots are.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
 import redis
 from django.conf import settings
 from django.core.cache import cache
+from django.db import close_old_connections
 
-from runs import kernel
+from runs import idempotency, kernel
+from runs.worker.reporting import is_database_error, replace_connection
 
 log = logging.getLogger(__name__)
 
@@ -33,24 +45,138 @@ def record_worker_heartbeat() -> None:
     cache.set(settings.OZ0_WORKER_HEARTBEAT_KEY, time.time(), timeout=3600)
 
 
+def record_sweep() -> None:
+    cache.set(settings.OZ0_SWEEP_HEARTBEAT_KEY, time.time(), timeout=3600)
+
+
+class DatabaseWatch:
+    """How long the sweeper lately could not see the database, so that an outage does not count
+    against the holders of claims: during it they could not heartbeat either.
+
+    A gap between two answers of the database longer than the sweep period plus half a lease is
+    blind time. For one lease after the database answers again, the claims sweep adds the blind
+    time to the lease (its `grace`), so a live holder gets a whole lease to heartbeat again. A
+    shorter gap needs nothing: a holder heartbeating more often than every half lease was stale
+    by less than a lease."""
+
+    def __init__(self, period: float, lease: float) -> None:
+        self.period = period
+        self.lease = lease
+        self.last_answer: float | None = None
+        self.blind = 0.0
+        self.blind_ended = float("-inf")
+
+    def _blind_before(self, now: float) -> float:
+        if self.last_answer is None:
+            return 0.0
+        gap = now - self.last_answer - self.period
+        return gap if gap > self.lease / 2 else 0.0
+
+    def grace(self, now: float) -> float:
+        """Seconds to add to the lease for a sweep starting now."""
+        recent = self.blind if now - self.blind_ended < self.lease else 0.0
+        return max(self._blind_before(now), recent)
+
+    def answered(self, now: float) -> None:
+        """The database answered a sweep that ended now."""
+        blind = self._blind_before(now)
+        if blind:
+            recent = self.blind if now - self.blind_ended < self.lease else 0.0
+            self.blind, self.blind_ended = max(blind, recent), now
+        self.last_answer = now
+
+
+def _watch_for_settings() -> DatabaseWatch:
+    return DatabaseWatch(float(settings.OZ0_SWEEP_SECONDS), float(settings.OZ0_LEASE_SECONDS))
+
+
+_default_watch: DatabaseWatch | None = None
+
+
+def _expired_claims(watch: DatabaseWatch) -> int:
+    swept = kernel.sweep_expired_claims(grace=watch.grace(time.monotonic()))
+    watch.answered(time.monotonic())
+    return swept
+
+
 def _lost_messages() -> object:
     return kernel.sweep_lost_messages(broker_queue_empty=broker_queue_empty())
 
 
 SWEEPS: tuple[tuple[str, Callable[[], object]], ...] = (
-    ("claims", kernel.sweep_expired_claims),
     ("clocks", kernel.sweep_clocks),
     ("lost-message", _lost_messages),
     ("executor lease", kernel.sweep_expired_leases),
     ("unserved-call", kernel.sweep_unserved_calls),
     ("delegation", kernel.sweep_delegations),
+    ("idempotency-key", idempotency.sweep_expired_keys),
 )
 
 
-def run_all() -> None:
-    record_worker_heartbeat()
-    for name, sweep in SWEEPS:
+def run_all(watch: DatabaseWatch | None = None) -> None:
+    """One pass: every sweep, each guarded. A database error replaces the connection for the next."""
+    global _default_watch
+    if watch is None:
+        _default_watch = _default_watch or _watch_for_settings()
+        watch = _default_watch
+    try:
+        record_sweep()
+    except Exception as error:  # Redis away: the sweeps still run
+        log.warning("the sweep's heartbeat could not be recorded: %s", error)
+    for name, sweep in (("claims", lambda: _expired_claims(watch)), *SWEEPS):
         try:
             sweep()
-        except Exception:
+        except Exception as error:
             log.exception("the %s sweep failed", name)
+            if is_database_error(error):
+                replace_connection()
+
+
+class Sweeper:
+    """Beat's sweeps, every OZ0_SWEEP_SECONDS, in a thread of beat's own process."""
+
+    def __init__(self) -> None:
+        self.period = float(settings.OZ0_SWEEP_SECONDS)
+        self.watch = _watch_for_settings()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="oz0-sweeper", daemon=True)
+
+    def start(self) -> Sweeper:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _loop(self) -> None:
+        log.info("sweeping every %.1fs", self.period)
+        pause = 0.0
+        while not self.stopped.wait(pause):
+            started = time.monotonic()
+            close_old_connections()  # honours DB_CONN_MAX_AGE, drops a connection left unusable
+            try:
+                run_all(self.watch)
+            except Exception:  # nothing may end the sweeper
+                log.exception("a sweep pass failed")
+            pause = max(0.0, self.period - (time.monotonic() - started))
+
+
+class WorkerAlive:
+    """A worker's proof of life for /healthz: its main process stamps the heartbeat key every
+    quarter of OZ0_WORKER_STALE_SECONDS, whatever its slots are busy with."""
+
+    def __init__(self) -> None:
+        self.every = max(0.5, float(settings.OZ0_WORKER_STALE_SECONDS) / 4)
+        self.thread = threading.Thread(target=self._loop, name="oz0-worker-alive", daemon=True)
+
+    def start(self) -> WorkerAlive:
+        self.thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                record_worker_heartbeat()
+            except Exception as error:  # Redis away: try again next time
+                log.warning("the worker heartbeat could not be recorded: %s", error)
+            time.sleep(self.every)

@@ -30,6 +30,7 @@ from runs.tools import get_tool, tool_names
 from runs.worker.child_answers import child_message, delegate_schema
 from runs.worker.providers import AttemptFailed, ProviderAnswer, ProviderRequest, get_provider
 from runs.worker.providers.http import ASK_TOOL
+from runs.worker.reporting import settle
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
     try:
         history = _history(task, run, state, manifest)
     except SourceGone as gone:
-        kernel.task_fail(claimed, "input_source_unavailable", str(gone), state=state)
+        settle(kernel.task_fail, claimed, "input_source_unavailable", str(gone), state=state)
         return
     state["history"] = history
     routes = [task.spec["model"], *task.spec.get("fallback_models", [])]
@@ -67,7 +68,7 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
     if route in spent:
         route = next((r for r in routes if r not in spent), "")
         if not route:
-            kernel.task_fail(claimed, "model_route_spent", "every route of this step is spent", state=state)
+            settle(kernel.task_fail, claimed, "model_route_spent", "every route of this step is spent", state=state)
             return
         state["route"] = route
     allowed = _allowed_tools(task, manifest)
@@ -89,12 +90,12 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
     offered = [_tool_schema(name) for name in (allowed if allowed is not None else tool_names())] if tool_calls else []
     refusal = _request_refusal(history, system, offered, allowed, tool_calls, route)
     if refusal is not None:
-        kernel.task_fail(claimed, *refusal, state=state)
+        settle(kernel.task_fail, claimed, *refusal, state=state)
         return
 
     while step_attempts.get(route, 0) < budget:
         if cancel.is_set():
-            kernel.task_stopped(claimed)
+            settle(kernel.task_stopped, claimed)
             return
         step_attempts[route] = step_attempts.get(route, 0) + 1
         request = ProviderRequest(
@@ -138,7 +139,8 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
         # The route's attempts were spent before this step began: the kernel renews them on a
         # retry, so only a spent route gets here, and a spent route is never renewed (S26).
         state["spent_routes"] = sorted({*spent, route})
-        kernel.task_fail(
+        settle(
+            kernel.task_fail,
             claimed,
             "model_route_spent",
             f"the attempt budget of {route} is spent ({budget} attempts)",
@@ -224,7 +226,7 @@ def _report_failure(
     key: str
     detail: str
     if failure.kind == "context_overflow":
-        kernel.round_compact(claimed, failure.detail, extra=extra, state=state)
+        settle(kernel.round_compact, claimed, failure.detail, extra=extra, state=state)
         return
     if failure.kind == "finish_error":
         key, detail = "provider_error", f"the provider finished with {failure.word!r}"
@@ -259,11 +261,11 @@ def _report_failure(
             if failure.category:
                 change["category"] = failure.category
             state["route"] = nxt
-            kernel.round_switch(claimed, change, extra=extra, state=state)
+            settle(kernel.round_switch, claimed, change, extra=extra, state=state)
             return
     if failure.category and key == "model_refused":
         extra = {**extra, "refusal": {"type": failure.refusal, "category": failure.category}}
-    kernel.task_fail(claimed, key, detail, extra=extra, state=state)
+    settle(kernel.task_fail, claimed, key, detail, extra=extra, state=state)
 
 
 def _report_answer(
@@ -285,12 +287,12 @@ def _report_answer(
             oz_fail = {"kind": args.get("kind"), "message": args.get("message")}
     if oz_fail is not None:
         history.append({"role": "assistant", "oz_fail": oz_fail})
-        kernel.round_oz_fail(claimed, oz_fail.get("kind"), oz_fail.get("message"), extra=extra, state=state)
+        settle(kernel.round_oz_fail, claimed, oz_fail.get("kind"), oz_fail.get("message"), extra=extra, state=state)
         return
     if answer.ask is not None:
         key = f"{task.key}.{int(state.get('authored', 0)) + 1}"
         history.append({"role": "assistant", "ask": answer.ask, "key": key})
-        kernel.round_ask(claimed, answer.ask, extra=extra, state=state)
+        settle(kernel.round_ask, claimed, answer.ask, extra=extra, state=state)
         return
     if calls:
         base = int(state.get("authored", 0))
@@ -307,7 +309,8 @@ def _report_answer(
         state["step_attempts"] = {}
         policies = dict(manifest.get("tool_on_failure", {})) if manifest else {}
         timeouts = dict(manifest.get("tool_timeouts", {})) if manifest else {}
-        kernel.round_expand(
+        settle(
+            kernel.round_expand,
             claimed,
             calls,
             extra=extra,
@@ -318,7 +321,7 @@ def _report_answer(
         )
         return
     history.append({"role": "assistant", "content": answer.text or ""})
-    kernel.round_answered(claimed, answer.text or "", extra=extra, state=state)
+    settle(kernel.round_answered, claimed, answer.text or "", extra=extra, state=state)
 
 
 def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -488,13 +491,13 @@ def _run_summarizer(claimed: Claimed, task: Task, run: Run, cancel: threading.Ev
     """Summarize the round's history so the round can run again under the length bound."""
     of = Task.objects.filter(run=run, key=task.spec.get("of")).first()
     if of is None:
-        kernel.task_fail(claimed, "input_source_unavailable", f"{task.spec.get('of')}, the round to summarize, is gone")
+        settle(kernel.task_fail, claimed, "input_source_unavailable", f"{task.spec.get('of')}, the round to summarize, is gone")
         return
     history = list(of.state.get("history", []))
     route = str(task.spec.get("model") or "script")
     if route.startswith("script"):
         summary = f"{len(history)} earlier messages, compacted."
-        kernel.task_complete(claimed, summary)
+        settle(kernel.task_complete, claimed, summary)
         return
     # The history travels as one transcript (the newest part when it is long): tool calls and
     # results stay readable without the APIs' pairing rules, and the request stays under the bound.
@@ -510,7 +513,8 @@ def _run_summarizer(claimed: Claimed, task: Task, run: Run, cancel: threading.Ev
         answer = get_provider(route).complete(request)
     except AttemptFailed as failure:
         calls = [_call_entry(route, 1, attempt=failure, request=request)]
-        kernel.task_fail(
+        settle(
+            kernel.task_fail,
             claimed,
             "provider_http_error" if failure.kind == "http" else "provider_error",
             failure.detail,
@@ -519,10 +523,10 @@ def _run_summarizer(claimed: Claimed, task: Task, run: Run, cancel: threading.Ev
         return
     except Exception as error:  # a provider bug fails the summarizer, never the worker
         log.exception("summarizer provider %s failed", route)
-        kernel.task_fail(claimed, "provider_error", f"{type(error).__name__}: {error}")
+        settle(kernel.task_fail, claimed, "provider_error", f"{type(error).__name__}: {error}")
         return
     calls = [_call_entry(route, 1, answer=answer, request=request)]
-    kernel.task_complete(claimed, answer.text or "", extra={"usage": answer.usage, "provider_calls": calls})
+    settle(kernel.task_complete, claimed, answer.text or "", extra={"usage": answer.usage, "provider_calls": calls})
 
 
 TRANSCRIPT_MAX = 200_000

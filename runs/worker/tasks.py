@@ -6,15 +6,31 @@ schedule (`CELERY_BEAT_SCHEDULE`) name tasks by these strings, not by where the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from celery import shared_task
+from celery.exceptions import Reject
 from django.conf import settings
 
 from runs.worker import execution, periodic
+from runs.worker.reporting import DatabaseUnavailable
+
+
+@contextmanager
+def requeued_while_the_database_is_away() -> Iterator[None]:
+    """A message whose task could not be claimed because the database stayed unreachable (the
+    worker waited OZ0_DATABASE_RETRY_SECONDS) goes back to the queue, never acknowledged as failed."""
+    try:
+        yield
+    except DatabaseUnavailable as error:
+        raise Reject(str(error), requeue=True) from error
 
 
 @shared_task(name="runs.tasks.execute_task", acks_late=True, reject_on_worker_lost=True)
 def execute_task(task_id: int, run_id: str | None = None) -> None:
-    execution.execute_task(task_id, run_id)
+    with requeued_while_the_database_is_away():
+        execution.execute_task(task_id, run_id)
 
 
 # A session its workspace has no room for is sent again after this long.
@@ -23,13 +39,16 @@ SESSION_RETRY_SECONDS = 5
 
 @shared_task(name="runs.tasks.execute_session", acks_late=True, reject_on_worker_lost=True)
 def execute_session(task_id: int, run_id: str | None = None) -> None:
-    if not execution.execute_session(task_id, run_id):
+    with requeued_while_the_database_is_away():
+        started = execution.execute_session(task_id, run_id)
+    if not started:
         execute_session.apply_async((task_id, run_id), countdown=SESSION_RETRY_SECONDS, queue=settings.OZ0_SESSION_QUEUE)
 
 
 @shared_task(name="runs.tasks.execute_batch", acks_late=True, reject_on_worker_lost=True)
 def execute_batch(task_ids: list[int], run_id: str | None = None) -> None:
-    execution.execute_batch(task_ids, run_id)
+    with requeued_while_the_database_is_away():
+        execution.execute_batch(task_ids, run_id)
 
 
 @shared_task(name="runs.tasks.sweep", ignore_result=True)

@@ -8,6 +8,7 @@ here: executors serve them on their own machines.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -17,9 +18,12 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from runs.models import EffectRecord, FlakyCounter, Run
 from runs.tools import get_tool
+
+log = logging.getLogger(__name__)
 
 
 class ToolError(Exception):
@@ -107,12 +111,24 @@ def _effect(replayable: bool) -> ToolFn:
         seconds = _seconds(args)
         workspace_id = Run.objects.filter(pk=context.run_id).values_list("workspace_id", flat=True).first()
         # The effect commits at once, as a real write to the world would.
-        EffectRecord.objects.create(effect_id=str(args.get("id")), replayable=replayable, workspace_id=workspace_id)
+        record = EffectRecord.objects.create(effect_id=str(args.get("id")), replayable=replayable, workspace_id=workspace_id)
         # Optional: stay in the call a while after the effect, so a test can kill the worker mid-call.
-        context.sleep(seconds)
+        try:
+            context.sleep(seconds)
+        finally:
+            _ended(record)
         return {"id": args.get("id")}
 
     return run
+
+
+def _ended(record: EffectRecord) -> None:
+    """Stamp when an execution's stay ended (a dead worker never does), best effort: the ledger
+    is the test tools' bookkeeping, never a reason for the call to fail."""
+    try:
+        EffectRecord.objects.filter(pk=record.pk).update(finished_at=timezone.now())
+    except Exception:
+        log.warning("the effect ledger could not stamp the end of %s", record.effect_id)
 
 
 def _now(args: dict[str, Any], context: ToolContext) -> Any:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT
 
 # The names queued messages and the beat schedule carry; they stay when the code moves.
@@ -40,3 +42,30 @@ def test_it_has_a_function_for_every_worker_tool_and_none_for_runner_tools(setti
     settings.OZ0_TEST_TOOLS = True  # every tool of the catalog, the test tools too
     tools = [get_tool(name) for name in tool_names()]
     assert {tool.name for tool in tools if tool is not None and not tool.runner} == set(FUNCTIONS)
+
+
+def test_beat_sends_no_sweep_to_the_workers_and_what_it_sends_expires(settings: Any) -> None:
+    """The run sweeps are beat's own (runs.worker.periodic.Sweeper), never a message that waits
+    behind the calls whose holders it watches; what beat still sends expires after one period,
+    since a message that waited that long is stale and the next is on its way."""
+    assert "runs.tasks.sweep" not in {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        assert 0 < entry["options"]["expires"] <= float(entry["schedule"]), name
+
+
+def test_the_sweeper_gives_holders_the_time_it_could_not_see_the_database() -> None:
+    """After an outage no holder could heartbeat through, the lease is lengthened by the outage for
+    one lease; a short gap (a slow pass) gives nothing."""
+    from runs.worker.periodic import DatabaseWatch
+
+    watch = DatabaseWatch(period=0.5, lease=5)
+    watch.answered(100.0)
+    assert watch.grace(100.5) == 0.0
+    assert watch.grace(102.0) == 0.0  # 1.5 s gap: under half a lease
+    assert watch.grace(112.0) == pytest.approx(11.5)  # the database away since 100.0
+    watch.answered(112.5)  # it answers again: the blind time counts for one lease more
+    assert watch.grace(113.0) == pytest.approx(12.0)
+    for now in (113.0, 114.5, 116.0, 117.5):
+        watch.answered(now)
+    assert watch.grace(117.4) == pytest.approx(12.0)
+    assert watch.grace(118.0) == 0.0  # a whole lease since it came back

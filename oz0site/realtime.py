@@ -103,4 +103,5 @@ def _log_failure(future: Future[None]) -> None:
 
 
 def publish_on_commit(groups: list[str], event: dict[str, Any]) -> None:
-    transaction.on_commit(lambda: publish(groups, event))
+    # robust: a push that cannot leave (Redis away) is logged, never the committed change's error.
+    transaction.on_commit(lambda: publish(groups, event), robust=True)

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja import Router
 
-from runs import kernel, selectors, waits
+from runs import idempotency, kernel, selectors, waits
 from runs.kernel import InvalidRequest, NotFound
 from runs.models import EffectRecord
 from runs.permissions import can_read_content
@@ -63,7 +63,10 @@ def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
     return selectors.run_document(request.user, run)
 
 
-@router.post("/workspaces/{ws}/runs", response={201: RunCreated, **ERRORS}, summary="Create a run")
+@router.post(
+    "/workspaces/{ws}/runs", response={201: RunCreated, **ERRORS}, summary="Create a run", openapi_extra=idempotency.OPENAPI
+)
+@idempotency.idempotent(idempotency.workspace_named)
 def create_run(request: HttpRequest, ws: str, payload: CreateIn) -> tuple[int, dict[str, Any]]:
     workspace = selectors.workspace_for(request.user, ws)
     # Standing first, as the kernel checks it: a reader's unknown field still answers 403.
@@ -89,7 +92,10 @@ def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return selectors.run_document(request.user, run)
 
 
-@router.post("/runs/{run_id}/append", response={200: Appended, **ERRORS}, summary="Append tasks (S17)")
+@router.post(
+    "/runs/{run_id}/append", response={200: Appended, **ERRORS}, summary="Append tasks (S17)", openapi_extra=idempotency.OPENAPI
+)
+@idempotency.idempotent(idempotency.workspace_of_run)
 def append(request: HttpRequest, run_id: str, payload: AppendIn) -> dict[str, Any]:
     """Answers a receipt and the run's summary, not the whole run document: a client building a run
     of thousands of tasks in appends of 64 would otherwise download the run again on every call

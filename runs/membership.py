@@ -55,7 +55,9 @@ def bump(user_id: Any) -> None:
     """Move the stamp once the change commits: moved before, a socket checking in between would
     read the membership as it still stood, keep the new stamp and never ask again."""
     key = stamp_key(user_id)
-    transaction.on_commit(lambda: _client().set(key, uuid.uuid4().hex))
+    # robust: with Redis away the change still commits and answers; Redis restarted has lost every
+    # stamp, which every socket reads as moved, so none misses this change.
+    transaction.on_commit(lambda: _client().set(key, uuid.uuid4().hex), robust=True)
 
 
 def membership_changed(sender: Any, instance: Any, **kwargs: Any) -> None:

@@ -106,7 +106,18 @@ def send_on_commit(task_ids: Sequence[int], run_id: Any = None, quick: Sequence[
     def send() -> None:
         if _sender is None:
             raise RuntimeError("no sender is installed: the runs app installs one in AppConfig.ready()")
-        _sender(singles, chunks, run, in_sessions)
+        try:
+            _sender(singles, chunks, run, in_sessions)
+        except Exception as error:
+            # The change is committed; a broker that is away must not turn it into an error for
+            # whoever made it (a request would answer 500 for a run that exists). The tasks stay
+            # queued in the database and the lost-message sweep sends them again.
+            log.warning(
+                "sending %d ready tasks of run %s failed (%s); the lost-message sweep sends them again",
+                len(singles) + sum(map(len, chunks)) + len(in_sessions),
+                run,
+                error,
+            )
 
     transaction.on_commit(send)
 

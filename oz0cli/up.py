@@ -1,5 +1,6 @@
-"""`./oz0 up [--demo]`: services, static files, migrations and the demo, then web, worker and beat
-under the supervisor until Ctrl-C or one of them exits."""
+"""`./oz0 up [--demo]`: services, static files, migrations and the demo, then web, worker, session
+worker and beat under the supervisor (which restarts any of them, and the embedded services, when
+they die) until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ from oz0cli.supervisor import Supervisor, wait_for_port
 
 
 def check_can_listen(host: str, port: int) -> None:
+    """Refuse a port another program listens on. SO_REUSEADDR, as the web server binds: the
+    connections of a `./oz0 up` just stopped linger in TIME_WAIT for a minute and must not stop
+    the next one from starting at once."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as error:
@@ -37,7 +42,7 @@ def cmd_up(args: list[str]) -> int:
     check_can_listen(host, port)
     if os.environ["OZ0_TEST_TOOLS"] in ("1", "true", "yes", "on"):
         say("the test.* tools are installed (--demo or OZ0_TEST_TOOLS=1): for trying oz0, never for a real install")
-    with services():
+    with services() as embedded:
         django.setup()
         if settings.OZ0_HARNESS_SANDBOX == "bwrap" and shutil.which("bwrap") is None:
             say(
@@ -49,6 +54,8 @@ def cmd_up(args: list[str]) -> int:
         # process then boots while the database is migrated and the demo loaded.
         call_command("collectstatic", interactive=False, verbosity=0)
         supervisor = Supervisor(dict(os.environ))
+        for service in embedded:
+            supervisor.watch(service)
         python = sys.executable
         try:
             # Under ASGI, Django's advice is no persistent connections (they belong to the workers):

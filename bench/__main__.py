@@ -17,9 +17,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("references", "fan", "chain", "propagate", "inbox", "scorecard", "live")
+WORKLOADS = ("references", "fan", "chain", "propagate", "inbox", "scorecard", "live", "chaos")
 # Run first the workloads that must not have workers consuming the bench queue.
-ORDER = ("propagate", "inbox", "scorecard", "references", "fan", "chain", "live")
+ORDER = ("propagate", "inbox", "scorecard", "references", "fan", "chain", "live", "chaos")
+# Not in the full run: `chaos` breaks a stack of its own for ten minutes (`--only chaos`).
+ON_REQUEST = ("chaos",)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -50,9 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     profile = harness.PROFILES["tiny" if args.tiny else "quick" if args.quick else "full"]
-    selected = set(args.only or WORKLOADS)
+    selected = set(args.only or (w for w in WORKLOADS if w not in ON_REQUEST))
     if "fan" in selected:
         selected.discard("references")  # the fan measures the references interleaved with itself
+    if selected == {"chaos"}:
+        return _chaos_only(profile.name)
     env = harness.prepare_environment()
     harness.say(f"bench ({profile.name}): database {harness.database_name(env.database_url)}, queue {env.queue}")
     harness.ensure_database(env.database_url)
@@ -115,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
 
                     ensure_workers()
                     sections[name] = live.run(profile, env, procs)
+                elif name == "chaos":
+                    from bench import chaos
+
+                    sections[name] = chaos.run(profile.name)
                 procs.check_alive()
             except Exception as error:  # one broken workload must not lose the others' figures
                 traceback.print_exc()
@@ -153,6 +161,30 @@ def main(argv: list[str] | None = None) -> int:
         for note in sections[name].notes if name in sections else []:
             print(f"note ({name}): {note}")
     print(f"\n{data['command']} took {elapsed:.0f}s; figures written to {path}")
+    return 0
+
+
+def _chaos_only(profile_name: str) -> int:
+    """`--only chaos`: the faults on a stack of its own (its own PostgreSQL and Redis too), so none
+    of the bench's database setup."""
+    from bench import chaos, harness
+
+    started = time.time()
+    section = chaos.run(profile_name)
+    data: dict[str, Any] = {
+        "profile": profile_name,
+        "command": "./oz0 bench --only chaos" + (" --quick" if profile_name == "quick" else ""),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "seconds": round(time.time() - started, 1),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average": os.getloadavg()},
+        "git": _git_state(),
+        "workloads": {"chaos": section.as_json()},
+    }
+    path = harness.write_results(data)
+    print(harness.table({"chaos": section}))
+    for note in section.notes:
+        print(f"note (chaos): {note}")
+    print(f"\n{data['command']} took {data['seconds']:.0f}s; figures written to {path}")
     return 0
 
 

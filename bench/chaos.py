@@ -598,6 +598,7 @@ COLUMNS = (
     ("effects_above_one", "non-replayable effects above one"),
     ("replayed_at_once", "replayable run twice at once"),
     ("false_failures", "false failures"),
+    ("answers_5xx", "5xx answers"),
     ("committed_5xx", "5xx to committed requests"),
     ("started_twice", "runs started twice"),
     ("worst_lease_seconds", "worst expired lease acted on (s)"),

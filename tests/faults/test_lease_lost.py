@@ -18,11 +18,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.mark.spec("S10")
 def test_a_report_after_the_lease_expired_is_refused_and_recorded(stack: Stack, client: Client) -> None:
-    stack.stop_process("worker-b")  # worker-a alone holds the call
+    stack.stop_process("worker-b")  # worker-a takes the call...
     name = tag()
     run_id = create(client, [{"key": "pay", "kind": "tool", "tool": "test.effect", "args": {"id": name, "seconds": 2}}], "pay")
     wait(lambda: effects(stack, name) == 1, timeout=60, message="the call to run")
     holder = task_row(stack, run_id, "pay")["claim"]
+    stack.start("worker-b")  # ...and the other lives on while worker-a is stopped
     stack.signal_group("worker-a", signal.SIGSTOP)
     try:
         wait(lambda: task_row(stack, run_id, "pay")["status"] == "uncertain", timeout=30, message="the sweep to take the call")

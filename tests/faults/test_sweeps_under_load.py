@@ -56,6 +56,8 @@ def test_a_dead_holders_call_moves_on_in_time_while_every_slot_is_busy(stack: St
     expired = wait(lambda: events(stack, run_id, "claim_expired"), timeout=BUSY, message="the dead holder's claims to expire")
     stack.start("worker-b")
     for _key, at, data in expired:
+        # Its holder's last heartbeat was at the latest when it was killed.
+        assert at.timestamp() - killed_at <= PROFILE.lease_bound, (at, killed_at, data)
         last_heartbeat = datetime.fromisoformat(data["heartbeat_at"])
         assert (at - last_heartbeat).total_seconds() <= PROFILE.lease_bound, (at, data)
     # The worker that lives was never called stale, however long its slots stayed busy.

@@ -1,0 +1,57 @@
+"""The supervisor of `./oz0 up`, in-process: restarts with backoff, and a port check that the
+connections of a stopped `up` in TIME_WAIT do not fail."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from typing import Any
+
+import psutil
+import pytest
+
+from oz0cli.supervisor import MAX_BACKOFF, Supervisor, backoff
+
+
+def test_the_pause_before_a_restart_doubles_up_to_a_ceiling() -> None:
+    assert [backoff(n) for n in (1, 2, 3, 4)] == [1, 2, 4, 8]
+    assert backoff(40) == MAX_BACKOFF
+
+
+def test_a_child_that_exits_is_started_again_and_the_person_told(capsys: pytest.CaptureFixture[str], monkeypatch: Any) -> None:
+    supervisor = Supervisor({})
+    monkeypatch.setattr("oz0cli.supervisor.backoff", lambda failures: 0.0)
+    supervisor.start("brief", [sys.executable, "-c", "print('hello')"])
+    first = supervisor.child("brief").process
+    assert first is not None
+    first.wait(10)
+    deadline = time.monotonic() + 10
+    while supervisor.child("brief").process is first and time.monotonic() < deadline:
+        supervisor.tend()
+        time.sleep(0.05)
+    assert supervisor.child("brief").process is not first
+    supervisor.stop()
+    out = capsys.readouterr().out
+    assert "brief exited with code 0; restarting it in 0s" in out and "brief started again (restart 1)" in out
+
+
+def test_the_port_check_is_not_stopped_by_connections_in_time_wait() -> None:
+    from oz0cli.up import check_can_listen
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server's side closes first, as daphne does: its end lingers in TIME_WAIT
+    time.sleep(0.1)
+    client.close()
+    server.close()
+    lingering = [
+        c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_TIME_WAIT and c.laddr and c.laddr.port == port
+    ]
+    assert lingering
+    check_can_listen("127.0.0.1", port)  # before: "OZ0_PORT: cannot listen on ... (Address already in use)"

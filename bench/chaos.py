@@ -182,7 +182,7 @@ def run_body(tag: str, index: int, stay: float) -> dict[str, Any]:
 SESSION_AGENT = {
     "name": "chaos-session",
     "instructions": "Wait on one call, then answer.",
-    "harness": {"jsonl": {"command": ["python", "bench/chaos_agent.py"]}},
+    "harness": {"jsonl": {"program": "chaos-session"}},
     "tools": ["test.sleep"],
     "approval": {"mode": "bypass"},
 }

@@ -179,6 +179,9 @@ class Stack:
         say(f"starting a PostgreSQL and a Redis of the stack's own in {self.workdir}")
         self.postgres.start()
         self.redis.start()
+        # The harness programs the stack's agents may name (the installer's list, docs/harnesses.md).
+        programs = self.workdir / "programs.yaml"
+        programs.write_text("chaos-session: [python, bench/chaos_agent.py]\n")
         leave_out = ("PYTEST_", "DJANGO_", "DATABASE_URL", "REDIS_URL", "OZ0_", "TEST_DATABASE_NAME")
         base = {k: v for k, v in os.environ.items() if not k.startswith(leave_out)}
         self.env = {
@@ -189,6 +192,7 @@ class Stack:
             "OZ0_QUEUE": self.queue,
             "OZ0_CHANNEL_PREFIX": f"chaos{self.queue[-8:]}",
             "OZ0_TEST_TOOLS": "1",
+            "OZ0_HARNESS_PROGRAMS": str(programs),
             "OZ0_LEASE_SECONDS": str(self.timing.lease),
             "OZ0_HEARTBEAT_SECONDS": str(self.timing.heartbeat),
             "OZ0_SWEEP_SECONDS": str(self.timing.sweep),

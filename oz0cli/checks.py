@@ -1,11 +1,11 @@
 """`./oz0 test [--quick] [PYTEST ARGS]`: ruff, ruff format --check, makemigrations --check and mypy
 (unless OZ0_SKIP_CHECKS), then pytest; one exit code for them all.
 
-Without test paths, markers or keywords, the suite runs as two pytest processes side by side: the
-tests that drive the live stack (a Celery worker, beat, daphne, Chromium: mostly waiting on those
-processes) and the rest (mostly CPU in this process). Each has its own test database, and the live
-stack already has its own broker queue, so neither sees the other's rows or messages. `--quick`
-runs only the second kind, without the slow ones.
+Without test paths, markers or keywords, the suite runs as three pytest processes side by side: the
+slow tests (restarts and outages), the other tests that drive the live stack (a Celery worker,
+beat, daphne, Chromium: mostly waiting on those processes) and the rest (mostly CPU in this
+process). Each has its own test database, and a live stack has its own broker queue, so none sees
+another's rows or messages. `--quick` runs only the last kind.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from oz0cli.services import services
 
 ENGINE_MARKERS = "live or browser or slow"
 QUICK_MARKERS = f"not ({ENGINE_MARKERS})"
+SLOW_MARKERS = "slow"
+LIVE_MARKERS = "(live or browser) and not slow"
 NO_TESTS_COLLECTED = 5
 
 
@@ -70,38 +72,45 @@ def selects_tests(args: list[str]) -> bool:
     return False
 
 
-def next_redis_database(url: str) -> str:
-    """The same Redis server, the next of its 16 numbered databases (`redis://host/N`, `unix://path?db=N`)."""
+def next_redis_database(url: str, step: int = 1) -> str:
+    """The same Redis server, another of its 16 numbered databases (`redis://host/N`, `unix://path?db=N`)."""
     parts = urlsplit(url)
     if parts.scheme == "unix":  # urlunsplit would drop the empty host of unix:///path
         path, _, query_text = url.partition("?")
         query = dict(parse_qsl(query_text))
         number = query.get("db", "0")
-        query["db"] = str((int(number) + 1) % 16 if number.isdigit() else 1)
+        query["db"] = str(((int(number) if number.isdigit() else 0) + step) % 16)
         return f"{path}?{urlencode(query)}"
     number = parts.path.strip("/")
-    following = (int(number) + 1) % 16 if number.isdigit() else 1
+    following = ((int(number) if number.isdigit() else 0) + step) % 16
     return urlunsplit(parts._replace(path=f"/{following}"))
 
 
 def plan_lanes(args: list[str], *, quick: bool, environ: Mapping[str, str]) -> list[Lane]:
     """The pytest processes `./oz0 test` runs. A person's own selection runs as one process as
-    given (with --quick, narrowed to the quick tests); the whole suite runs as two lanes. Their
-    rows are apart by database; in Redis, numbered ids of the two databases would meet (a
-    workspace's membership stamp, the cache), so the live lane takes the next Redis database and a
-    channel prefix of its own (pub/sub channels are shared by every Redis database)."""
+    given (with --quick, narrowed to the quick tests); the whole suite runs as three lanes: the
+    slow tests (process restarts and outages on stacks of their own: mostly waiting), the other
+    live ones (a worker, daphne, Chromium) and the rest (mostly CPU). Their rows are apart by
+    database; in Redis, numbered ids of the databases would meet (a workspace's membership stamp,
+    the cache), so each engine lane takes another Redis database and a channel prefix of its own
+    (pub/sub channels are shared by every Redis database)."""
     if quick:
         return [Lane("quick", ["-m", QUICK_MARKERS, *args])]
     if selects_tests(args):
         return [Lane("pytest", args)]
     database = environ.get("TEST_DATABASE_NAME") or "test_oz0"
-    live_env = {
-        "TEST_DATABASE_NAME": f"{database}_live",
-        "REDIS_URL": next_redis_database(environ["REDIS_URL"]),
-        "OZ0_CHANNEL_PREFIX": f"{environ.get('OZ0_CHANNEL_PREFIX') or 'oz0'}-live",
-    }
+    prefix = environ.get("OZ0_CHANNEL_PREFIX") or "oz0"
+
+    def apart(name: str, step: int) -> dict[str, str]:
+        return {
+            "TEST_DATABASE_NAME": f"{database}_{name}",
+            "REDIS_URL": next_redis_database(environ["REDIS_URL"], step),
+            "OZ0_CHANNEL_PREFIX": f"{prefix}-{name}",
+        }
+
     return [
-        Lane("live", ["-m", ENGINE_MARKERS, *args], live_env),
+        Lane("slow", ["-m", SLOW_MARKERS, *args], apart("slow", 2)),
+        Lane("live", ["-m", LIVE_MARKERS, *args], apart("live", 1)),
         Lane("rest", ["-m", QUICK_MARKERS, *args], {"TEST_DATABASE_NAME": database}),
     ]
 

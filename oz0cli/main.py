@@ -17,8 +17,8 @@ USAGE = """usage: ./oz0 COMMAND [ARGS...]
                          load the demo, serve the console; Ctrl-C stops everything. --demo also installs
                          the deterministic test.* tools (for trying the API; never on a real install)
   test [--quick] [PYTEST ARGS]
-                         ruff, ruff format --check, makemigrations --check, mypy, then pytest (the live
-                         tests and the rest side by side); --quick: no live, browser or slow tests
+                         ruff, ruff format --check, makemigrations --check, mypy, then pytest (slow,
+                         live and the rest side by side); --quick: no live, browser or slow tests
   token create USER --workspace WS --role ROLE [--expires-in DAYS]
                          print a bearer token for USER (creates the user and workspace when missing)
   token list USER        USER's API tokens: id, hint, label, dates, status

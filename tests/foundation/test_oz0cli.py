@@ -16,8 +16,9 @@ import pytest
 
 from oz0cli import ROOT, Fatal, exit_code
 from oz0cli.checks import (
-    ENGINE_MARKERS,
+    LIVE_MARKERS,
     QUICK_MARKERS,
+    SLOW_MARKERS,
     check_commands,
     checks_wanted,
     combined_exit_code,
@@ -102,20 +103,37 @@ def test_a_failed_check_fails_the_test_command_without_hiding_pytests_code() -> 
     assert combined_exit_code(["mypy"], 2) == 2
 
 
-def test_the_whole_suite_runs_as_two_lanes_apart_in_postgresql_and_redis() -> None:
+def test_the_whole_suite_runs_as_three_lanes_apart_in_postgresql_and_redis() -> None:
     environ = {"TEST_DATABASE_NAME": "test_oz0_ci", "REDIS_URL": "redis://127.0.0.1:6379/0"}
-    live, rest = plan_lanes(["-q"], quick=False, environ=environ)
-    assert live.args == ["-m", ENGINE_MARKERS, "-q"] and rest.args == ["-m", QUICK_MARKERS, "-q"]
+    slow, live, rest = plan_lanes(["-q"], quick=False, environ=environ)
+    assert slow.args == ["-m", SLOW_MARKERS, "-q"] and live.args == ["-m", LIVE_MARKERS, "-q"]
+    assert rest.args == ["-m", QUICK_MARKERS, "-q"]
+    assert slow.env == {
+        "TEST_DATABASE_NAME": "test_oz0_ci_slow",
+        "REDIS_URL": "redis://127.0.0.1:6379/2",
+        "OZ0_CHANNEL_PREFIX": "oz0-slow",
+    }
     assert live.env == {
         "TEST_DATABASE_NAME": "test_oz0_ci_live",
         "REDIS_URL": "redis://127.0.0.1:6379/1",
         "OZ0_CHANNEL_PREFIX": "oz0-live",
     }
     assert rest.env == {"TEST_DATABASE_NAME": "test_oz0_ci"}
-    # every test is in exactly one lane: the two marker expressions are each other's negation
-    assert QUICK_MARKERS.removeprefix("not (").removesuffix(")") == ENGINE_MARKERS
     (default,) = [lane for lane in plan_lanes([], quick=False, environ={"REDIS_URL": "redis://r/0"}) if lane.name == "rest"]
     assert default.env == {"TEST_DATABASE_NAME": "test_oz0"}
+
+
+@pytest.mark.parametrize(
+    "markers",
+    [set(), {"live"}, {"browser", "live"}, {"slow"}, {"slow", "live"}, {"spec"}, {"browser"}, {"slow", "browser", "live"}],
+)
+def test_every_test_runs_in_exactly_one_lane(markers: set[str]) -> None:
+    """The lanes' marker expressions, evaluated as pytest does, split every mix of markers once."""
+    from _pytest.mark.expression import Expression
+
+    lanes = plan_lanes([], quick=False, environ={"REDIS_URL": "redis://r/0"})
+    chosen = [lane.name for lane in lanes if Expression.compile(lane.args[1]).evaluate(lambda name, **_: name in markers)]
+    assert len(chosen) == 1, (markers, chosen)
 
 
 def test_a_persons_own_selection_runs_as_given_and_quick_narrows_it() -> None:
@@ -136,6 +154,7 @@ def test_a_lanes_redis_is_the_next_database_of_the_same_server() -> None:
     assert next_redis_database("redis://host:6379") == "redis://host:6379/1"
     assert next_redis_database("unix:///tmp/r.sock?db=3") == "unix:///tmp/r.sock?db=4"
     assert next_redis_database("unix:///tmp/r.sock") == "unix:///tmp/r.sock?db=1"
+    assert next_redis_database("redis://127.0.0.1:6379/0", 2) == "redis://127.0.0.1:6379/2"
 
 
 def test_the_lanes_fail_when_either_fails_and_are_empty_only_when_both_are() -> None:

@@ -1,11 +1,12 @@
 """`./oz0 test [--quick] [PYTEST ARGS]`: ruff, ruff format --check, makemigrations --check and mypy
 (unless OZ0_SKIP_CHECKS), then pytest; one exit code for them all.
 
-Without test paths, markers or keywords, the suite runs as three pytest processes side by side: the
-slow tests (restarts and outages), the other tests that drive the live stack (a Celery worker,
-beat, daphne, Chromium: mostly waiting on those processes) and the rest (mostly CPU in this
-process). Each has its own test database, and a live stack has its own broker queue, so none sees
-another's rows or messages. `--quick` runs only the last kind.
+Without test paths, markers or keywords, the checks and the suite run side by side, the suite as
+four pytest processes: the fault tests (each breaks a whole oz0 of its own), the other slow tests
+(restarts and outages), the other tests that drive the live stack (a Celery worker, beat, daphne,
+Chromium: mostly waiting on those processes) and the rest (mostly CPU, split over
+pytest-xdist workers). Each has its own test database, and a live stack has its own broker queue,
+so none sees another's rows or messages. `--quick` runs only the last kind.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from oz0cli import ROOT, say
 from oz0cli.environment import use_base_environment
 from oz0cli.services import services
 
-ENGINE_MARKERS = "live or browser or slow"
+ENGINE_MARKERS = "live or browser or slow or faults"
 QUICK_MARKERS = f"not ({ENGINE_MARKERS})"
-SLOW_MARKERS = "slow"
-LIVE_MARKERS = "(live or browser) and not slow"
+FAULTS_MARKERS = "faults"
+SLOW_MARKERS = "slow and not faults"
+LIVE_MARKERS = "(live or browser) and not (slow or faults)"
 NO_TESTS_COLLECTED = 5
 
 
@@ -86,16 +88,27 @@ def next_redis_database(url: str, step: int = 1) -> str:
     return urlunsplit(parts._replace(path=f"/{following}"))
 
 
+def xdist_workers(environ: Mapping[str, str]) -> int:
+    """How many pytest-xdist workers split the CPU-bound tests: OZ0_TEST_WORKERS, else one per
+    core (at least two: much of a test's time is spent waiting on PostgreSQL), at most four."""
+    chosen = environ.get("OZ0_TEST_WORKERS", "")
+    if chosen.isdigit() and int(chosen) > 0:
+        return int(chosen)
+    return max(2, min(4, os.cpu_count() or 1))
+
+
 def plan_lanes(args: list[str], *, quick: bool, environ: Mapping[str, str]) -> list[Lane]:
     """The pytest processes `./oz0 test` runs. A person's own selection runs as one process as
-    given (with --quick, narrowed to the quick tests); the whole suite runs as three lanes: the
-    slow tests (process restarts and outages on stacks of their own: mostly waiting), the other
-    live ones (a worker, daphne, Chromium) and the rest (mostly CPU). Their rows are apart by
-    database; in Redis, numbered ids of the databases would meet (a workspace's membership stamp,
-    the cache), so each engine lane takes another Redis database and a channel prefix of its own
-    (pub/sub channels are shared by every Redis database)."""
+    given (with --quick, narrowed to the quick tests and split over xdist workers); the whole suite
+    runs as four lanes: the fault tests (stacks of their own, broken on purpose: mostly waiting),
+    the other slow ones, the other live ones (a worker, daphne, Chromium) and the rest (mostly CPU,
+    over xdist workers, each of which tests/parallel_workers.py keeps apart in Redis). Their rows
+    are apart by database; in Redis, numbered ids of the databases would meet (a workspace's
+    membership stamp, the cache), so each engine lane takes another Redis database and a channel
+    prefix of its own (pub/sub channels are shared by every Redis database)."""
+    parallel = ["-n", str(xdist_workers(environ))]
     if quick:
-        return [Lane("quick", ["-m", QUICK_MARKERS, *args])]
+        return [Lane("quick", ["-m", QUICK_MARKERS, *([] if selects_tests(args) else parallel), *args])]
     if selects_tests(args):
         return [Lane("pytest", args)]
     database = environ.get("TEST_DATABASE_NAME") or "test_oz0"
@@ -109,9 +122,10 @@ def plan_lanes(args: list[str], *, quick: bool, environ: Mapping[str, str]) -> l
         }
 
     return [
+        Lane("faults", ["-m", FAULTS_MARKERS, *args], apart("faults", 3)),
         Lane("slow", ["-m", SLOW_MARKERS, *args], apart("slow", 2)),
         Lane("live", ["-m", LIVE_MARKERS, *args], apart("live", 1)),
-        Lane("rest", ["-m", QUICK_MARKERS, *args], {"TEST_DATABASE_NAME": database}),
+        Lane("rest", ["-m", QUICK_MARKERS, *parallel, *args], {"TEST_DATABASE_NAME": database}),
     ]
 
 
@@ -138,14 +152,35 @@ def _copy_lines(source: IO[bytes], prefix: str, lock: threading.Lock) -> None:
             sys.stdout.flush()
 
 
-def run_lanes(python: str, lanes: list[Lane]) -> list[int]:
-    """Run the lanes at once; with more than one, each line of output carries its lane's name."""
-    if len(lanes) == 1:
+def _run_prefixed(argv: list[str], env: Mapping[str, str], prefix: str, lock: threading.Lock) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(argv, cwd=ROOT, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert process.stdout is not None
+    _copy_lines(process.stdout, prefix, lock)
+    return process
+
+
+def run_checks(python: str, prefix: str, lock: threading.Lock, failed: list[str]) -> None:
+    """The static checks one after another (each reads the whole tree; two at once would only
+    share the same cores), their lines prefixed; the names of those that failed go in `failed`."""
+    for name, argv in check_commands(python):
+        with lock:
+            sys.stdout.write(f"{prefix}oz0: {name}\n")
+        if _run_prefixed(argv, os.environ, prefix, lock).wait() != 0:
+            failed.append(name)
+
+
+def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[list[int], list[str]]:
+    """Run the lanes at once, and the static checks beside them when asked; with more than one
+    of these, each line of output carries its lane's name. Returns the lanes' pytest codes and the
+    names of the checks that failed."""
+    failed: list[str] = []
+    if len(lanes) == 1 and not checks:
         lane = lanes[0]
-        return [subprocess.run([python, "-m", "pytest", *lane.args], cwd=ROOT, env={**os.environ, **lane.env}).returncode]
+        return [subprocess.run([python, "-m", "pytest", *lane.args], cwd=ROOT, env={**os.environ, **lane.env}).returncode], failed
     lock = threading.Lock()
-    width = max(len(lane.name) for lane in lanes)
-    processes, copiers = [], []
+    width = max(len(name) for name in [lane.name for lane in lanes] + (["checks"] if checks else []))
+    threads: list[threading.Thread] = []
+    processes: list[subprocess.Popen[bytes]] = []
     for lane in lanes:
         process = subprocess.Popen(
             [python, "-m", "pytest", *lane.args],
@@ -158,11 +193,15 @@ def run_lanes(python: str, lanes: list[Lane]) -> list[int]:
         copier = threading.Thread(target=_copy_lines, args=(process.stdout, f"[{lane.name:<{width}}] ", lock), daemon=True)
         copier.start()
         processes.append(process)
-        copiers.append(copier)
+        threads.append(copier)
+    if checks:
+        checker = threading.Thread(target=run_checks, args=(python, f"[{'checks':<{width}}] ", lock, failed), daemon=True)
+        checker.start()
+        threads.append(checker)
     codes = [process.wait() for process in processes]
-    for copier in copiers:
-        copier.join()
-    return codes
+    for thread in threads:
+        thread.join()
+    return codes, failed
 
 
 def cmd_test(args: list[str]) -> int:
@@ -172,16 +211,11 @@ def cmd_test(args: list[str]) -> int:
     use_base_environment(debug=True)
     python = sys.executable
     with services():
-        failed: list[str] = []
-        if checks_wanted(os.environ):
-            for name, argv in check_commands(python):
-                say(f"{name}")
-                if subprocess.run(argv, cwd=ROOT).returncode != 0:
-                    failed.append(name)
         lanes = plan_lanes(args, quick=quick, environ=os.environ)
         for lane in lanes:
             say(f"pytest ({lane.name}) " + " ".join(lane.args))
-        code = combined_pytest_code(run_lanes(python, lanes))
+        codes, failed = run_lanes(python, lanes, checks=checks_wanted(os.environ))
+        code = combined_pytest_code(codes)
         if failed:
             say("failed: " + ", ".join(failed) + (f"; pytest exited {code}" if code else ""))
         return combined_exit_code(failed, code)

@@ -282,7 +282,7 @@ def cursor_of(values: Any) -> str:
         "verb=delete",
         "verb=" + "x" * 10000,
         "run=not-a-run",
-        "run=" + str(uuid.uuid4()) + "-" * 30,
+        "run=" + "443647d5-3556-44a3-9c19-4aa4121a67e5" + "-" * 30,
         "since=yesterday",
         "until=2026-13-01T00:00:00Z",
         "since=" + "9" * 5000,

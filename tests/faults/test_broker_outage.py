@@ -10,7 +10,7 @@ from bench.chaos import Client
 from bench.chaos_stack import Stack
 from tests.faults.conftest import create, run_status, tag, task_row, wait
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(300)]
 
 
 def round_asking(name: str) -> dict[str, object]:

@@ -13,7 +13,7 @@ from bench.chaos import FAULTS, markdown, run_faults
 from bench.chaos_stack import Stack
 from tests.faults.conftest import PROFILE
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(1500)]
 
 
 @pytest.mark.spec("S10", "S29")

@@ -17,7 +17,7 @@ from bench.chaos import Client
 from bench.chaos_stack import Stack
 from tests.faults.conftest import PROFILE, create, effects, events, run_status, tag, task_row, wait
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(600)]
 
 STAY = 25.0  # the long calls outlive the outage (10 s, plus PostgreSQL's restart) by some heartbeats
 OUTAGE = 10.0

@@ -13,7 +13,7 @@ from bench.chaos import Client
 from bench.chaos_stack import Stack
 from tests.faults.conftest import PROFILE, create, effects, events, run_status, tag, task_row, wait
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(300)]
 
 
 @pytest.mark.spec("S10")

@@ -14,7 +14,7 @@ from bench.chaos import Client
 from bench.chaos_stack import Stack
 from tests.faults.conftest import PROFILE, create, events, tag, task_row, wait
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(300)]
 
 BUSY = 15.0  # seconds every slot stays busy: longer than a lease plus the sweeps' bound
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import os
 import socket
 import sys
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from oz0cli import ROOT, Fatal, exit_code
+from oz0cli import ROOT, Fatal, checks, exit_code
 from oz0cli.checks import (
+    FAULTS_MARKERS,
     LIVE_MARKERS,
     QUICK_MARKERS,
     SLOW_MARKERS,
@@ -25,7 +27,9 @@ from oz0cli.checks import (
     combined_pytest_code,
     next_redis_database,
     plan_lanes,
+    run_lanes,
     selects_tests,
+    xdist_workers,
 )
 from oz0cli.children import child_argv
 from oz0cli.embedded import EmbeddedRedis, Ownership, free_port, redis_pings
@@ -103,11 +107,17 @@ def test_a_failed_check_fails_the_test_command_without_hiding_pytests_code() -> 
     assert combined_exit_code(["mypy"], 2) == 2
 
 
-def test_the_whole_suite_runs_as_three_lanes_apart_in_postgresql_and_redis() -> None:
-    environ = {"TEST_DATABASE_NAME": "test_oz0_ci", "REDIS_URL": "redis://127.0.0.1:6379/0"}
-    slow, live, rest = plan_lanes(["-q"], quick=False, environ=environ)
-    assert slow.args == ["-m", SLOW_MARKERS, "-q"] and live.args == ["-m", LIVE_MARKERS, "-q"]
-    assert rest.args == ["-m", QUICK_MARKERS, "-q"]
+def test_the_whole_suite_runs_as_four_lanes_apart_in_postgresql_and_redis() -> None:
+    environ = {"TEST_DATABASE_NAME": "test_oz0_ci", "REDIS_URL": "redis://127.0.0.1:6379/0", "OZ0_TEST_WORKERS": "3"}
+    faults, slow, live, rest = plan_lanes(["-q"], quick=False, environ=environ)
+    assert faults.args == ["-m", FAULTS_MARKERS, "-q"] and slow.args == ["-m", SLOW_MARKERS, "-q"]
+    assert live.args == ["-m", LIVE_MARKERS, "-q"]
+    assert rest.args == ["-m", QUICK_MARKERS, "-n", "3", "-q"]
+    assert faults.env == {
+        "TEST_DATABASE_NAME": "test_oz0_ci_faults",
+        "REDIS_URL": "redis://127.0.0.1:6379/3",
+        "OZ0_CHANNEL_PREFIX": "oz0-faults",
+    }
     assert slow.env == {
         "TEST_DATABASE_NAME": "test_oz0_ci_slow",
         "REDIS_URL": "redis://127.0.0.1:6379/2",
@@ -123,9 +133,55 @@ def test_the_whole_suite_runs_as_three_lanes_apart_in_postgresql_and_redis() -> 
     assert default.env == {"TEST_DATABASE_NAME": "test_oz0"}
 
 
+def test_the_cpu_bound_lane_has_one_worker_per_core_within_bounds_unless_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cores, workers in ((1, 2), (2, 2), (3, 3), (16, 4), (None, 2)):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        assert xdist_workers({}) == workers, cores
+    assert xdist_workers({"OZ0_TEST_WORKERS": "1"}) == 1
+    assert xdist_workers({"OZ0_TEST_WORKERS": "0"}) == xdist_workers({"OZ0_TEST_WORKERS": "many"}) == xdist_workers({})
+
+
+def test_each_xdist_worker_after_the_first_takes_a_redis_database_and_prefix_beyond_the_lanes() -> None:
+    from tests.parallel_workers import keep_workers_apart
+
+    taken = {"redis://h:6379/0", "redis://h:6379/1", "redis://h:6379/2", "redis://h:6379/3"}  # rest, live, slow, faults
+    seen = set()
+    for worker in ("gw0", "gw1", "gw2", "gw3"):
+        environ = {"PYTEST_XDIST_WORKER": worker, "REDIS_URL": "redis://h:6379/0"}
+        keep_workers_apart(environ)
+        if worker == "gw0":
+            assert environ == {"PYTEST_XDIST_WORKER": "gw0", "REDIS_URL": "redis://h:6379/0"}
+            continue
+        assert environ["REDIS_URL"] not in taken | seen and environ["OZ0_CHANNEL_PREFIX"] == f"oz0-{worker}"
+        seen.add(environ["REDIS_URL"])
+    outside = {"REDIS_URL": "redis://h:6379/0"}
+    keep_workers_apart(outside)
+    assert outside == {"REDIS_URL": "redis://h:6379/0"}
+
+
+def test_the_checks_run_beside_the_lanes_and_their_failures_are_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    python = sys.executable
+    monkeypatch.setattr(
+        checks,
+        "check_commands",
+        lambda python: [
+            ("refuses", [python, "-c", "print('bad line'); raise SystemExit(3)"]),
+            ("agrees", [python, "-c", "print('fine')"]),
+        ],
+    )
+    lane = checks.Lane("unit", ["--version"])
+    codes, failed = run_lanes(python, [lane], checks=True)
+    assert codes == [0] and failed == ["refuses"]
+    printed = capsys.readouterr().out.splitlines()
+    assert "[checks] bad line" in printed and "[checks] fine" in printed and "[checks] oz0: refuses" in printed
+    assert combined_exit_code(failed, combined_pytest_code(codes)) == 1
+
+
 @pytest.mark.parametrize(
     "markers",
-    [set(), {"live"}, {"browser", "live"}, {"slow"}, {"slow", "live"}, {"spec"}, {"browser"}, {"slow", "browser", "live"}],
+    [set(chosen) for size in range(6) for chosen in itertools.combinations(("live", "browser", "slow", "faults", "spec"), size)],
 )
 def test_every_test_runs_in_exactly_one_lane(markers: set[str]) -> None:
     """The lanes' marker expressions, evaluated as pytest does, split every mix of markers once."""
@@ -146,6 +202,8 @@ def test_a_persons_own_selection_runs_as_given_and_quick_narrows_it() -> None:
         assert not selects_tests(options), options
     (quick,) = plan_lanes(["tests/runs"], quick=True, environ=environ)
     assert quick.args == ["-m", QUICK_MARKERS, "tests/runs"]
+    (everything_quick,) = plan_lanes(["-q"], quick=True, environ={**environ, "OZ0_TEST_WORKERS": "2"})
+    assert everything_quick.args == ["-m", QUICK_MARKERS, "-n", "2", "-q"]
 
 
 def test_a_lanes_redis_is_the_next_database_of_the_same_server() -> None:

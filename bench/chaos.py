@@ -47,7 +47,7 @@ import httpx
 
 from bench.chaos_stack import Stack, Timing, say, wait_until
 
-EFFECT_TABLE = "runs_effectrecord"
+EFFECT_TABLE = "testtools_effectrecord"
 SETTLED_RUNS = ("completed", "canceled", "needs_attention")
 LIVE_TASKS = ("running", "dispatched", "needs_approval")
 

@@ -7,6 +7,7 @@ from contextvars import ContextVar
 from functools import wraps
 from typing import Any
 
+from django.apps import apps as django_apps
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -130,3 +131,8 @@ for router in (
     audit_router,
 ):
     api.add_router("", router)
+
+if django_apps.is_installed("testtools"):  # only with OZ0_TEST_TOOLS=1 (oz0site.settings)
+    from testtools.api import router as testtools_router
+
+    api.add_router("", testtools_router)

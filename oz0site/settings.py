@@ -216,6 +216,8 @@ X_FRAME_OPTIONS = "DENY"
 
 # oz0's own knobs.
 OZ0_TEST_TOOLS = env.bool("OZ0_TEST_TOOLS", default=False)
+if OZ0_TEST_TOOLS:  # the test.* tools and their ledgers: never on a real install
+    INSTALLED_APPS.append("testtools")
 # The most /wait requests one user may have open at once (429 `too_many_waits` past it).
 OZ0_WAITS_PER_USER = env.int("OZ0_WAITS_PER_USER", default=16)
 # The longest `test.sleep` (and `test.effect`'s stay): a worker slot is shared by every workspace.

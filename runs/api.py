@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest
 from ninja import Router
 
 from runs import idempotency, kernel, selectors, waits
-from runs.kernel import InvalidRequest, NotFound
-from runs.models import EffectRecord
+from runs.kernel import InvalidRequest
 from runs.permissions import can_read_content
 from runs.schemas import (
     Appended,
@@ -19,7 +17,6 @@ from runs.schemas import (
     AwaitOutcomeIn,
     CreateIn,
     DigestIn,
-    EffectCount,
     ErrorOut,
     ReasonIn,
     ResolveIn,
@@ -229,16 +226,3 @@ def pause(request: HttpRequest, run_id: str) -> dict[str, Any]:
 @router.post("/runs/{run_id}/resume", response={200: RunOnly, **ERRORS}, summary="Resume dispatching")
 def resume(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return _verb(request, run_id, kernel.resume_run)
-
-
-@router.get("/test/effects/{effect_id}", response={200: EffectCount, **ERRORS}, summary="How often a test effect ran")
-def effect_count(request: HttpRequest, effect_id: str, workspace: str | None = None) -> dict[str, Any]:
-    """Counts the executions of runs in the caller's workspaces (or in the one named) only."""
-    if not settings.OZ0_TEST_TOOLS:
-        raise NotFound("test tool ledger")
-    if workspace is not None:
-        workspace_ids = [selectors.workspace_for(request.user, workspace).pk]
-    else:
-        workspace_ids = list(selectors.workspaces_of(request.user).values_list("workspace_id", flat=True))
-    count = EffectRecord.objects.filter(effect_id=effect_id, workspace_id__in=workspace_ids).count()
-    return {"id": effect_id, "count": count}

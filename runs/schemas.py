@@ -347,8 +347,3 @@ class RunPage(Out):
     count: int
     items: list[RunSummaryOut]
     next: str | None = None
-
-
-class EffectCount(Out):
-    id: str
-    count: int

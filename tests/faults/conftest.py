@@ -85,7 +85,7 @@ def run_status(stack: Stack, run_id: str) -> str:
 
 
 def effects(stack: Stack, effect_id: str) -> int:
-    return int(stack.query("SELECT count(*) FROM runs_effectrecord WHERE effect_id = %s", (effect_id,))[0][0])
+    return int(stack.query("SELECT count(*) FROM testtools_effectrecord WHERE effect_id = %s", (effect_id,))[0][0])
 
 
 def events(stack: Stack, run_id: str, event: str) -> list[tuple[Any, ...]]:

@@ -83,3 +83,56 @@ def body_tasks(effect: str) -> list[dict[str, Any]]:
 def test_it_answers_a_huge_effect_id_without_an_error(team: Team) -> None:
     status, body = team.api().get(f"/test/effects/{'x' * 5000}")
     assert status == 200 and body["count"] == 0
+
+
+def test_a_real_install_has_neither_the_test_tools_app_nor_their_functions_nor_their_route() -> None:
+    """The test tools' models lived among runs' production models: a real install carried their
+    tables and their functions. Now they are an app installed only with OZ0_TEST_TOOLS=1."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    probe = (
+        "import django, json; django.setup()\n"
+        "from django.apps import apps\n"
+        "from runs.worker.tool_functions import function_of, FUNCTIONS\n"
+        "from oz0site.api import api\n"
+        "paths = api.get_openapi_schema()['paths']\n"
+        "print(json.dumps([apps.is_installed('testtools'), sorted(FUNCTIONS), any('/test/' in p for p in paths)]))\n"
+    )
+    answers = {}
+    for flag in ("0", "1"):
+        result = subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=ROOT,
+            env={**os.environ, "OZ0_TEST_TOOLS": flag},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        answers[flag] = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answers["0"] == [False, ["clock.now"], False]
+    installed, functions, route = answers["1"]
+    assert installed and route and {"test.echo", "test.effect", "test.flaky", "clock.now"} <= set(functions)
+
+
+def test_no_production_module_imports_the_test_tools() -> None:
+    import ast
+
+    from tests.conftest import ROOT
+
+    allowed = {"oz0site/api.py"}  # mounts their route only when the app is installed
+    offenders = []
+    for path in ROOT.glob("*/**/*.py"):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith((".venv/", "tests/", "testtools/", "bench/")) or relative in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if any(name == "testtools" or name.startswith("testtools.") for name in names):
+                offenders.append(relative)
+    assert not offenders, offenders

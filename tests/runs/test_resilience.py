@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from runs.models import EffectRecord, Run, Task
+from runs.models import Run, Task
 from tests.conftest import ROOT, LiveStack, Team, wait_for
+from testtools.models import EffectRecord
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 

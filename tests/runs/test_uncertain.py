@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from runs import kernel
 from runs.kernel import Conflict, sweep_expired_claims
-from runs.models import EffectRecord, Run
+from runs.models import Run
 from runs.selectors import candidates
 from tests.conftest import Team
 from tests.runs.driver import drive, step, task
+from testtools.models import EffectRecord
 
 
 def round_with_effect(team: Team, effect_id: str, **round_: Any) -> Run:

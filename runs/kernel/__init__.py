@@ -32,6 +32,7 @@ from runs.kernel.access import require_write
 from runs.kernel.approvals import call_decision, call_digest, rule_problems, spec_digest
 from runs.kernel.approvals import problem_field as approval_problem_field
 from runs.kernel.candidates import repair_candidates_of
+from runs.kernel.commit import Sender, cancel_child, install_sender, quick_chunks, settle_parent
 from runs.kernel.compile import (
     DELEGATE_TOOLS,
     MAX_DEPTH,
@@ -45,9 +46,9 @@ from runs.kernel.compile import (
     compile_tasks,
     delegate_call_spec,
 )
-from runs.kernel.delegation import cancel_child, settle_parent, sweep_delegations, words_of
+from runs.kernel.delegation import words_of
 from runs.kernel.errors import Conflict, ContentHidden, Forbidden, InvalidRequest, KernelError, NotFound
-from runs.kernel.expansion import append, await_token_digest, create_run
+from runs.kernel.expansion import await_token_digest
 from runs.kernel.graph import (
     ASKING_STATUSES,
     FAILED_STATUSES,
@@ -58,6 +59,7 @@ from runs.kernel.graph import (
     repair_candidates,
 )
 from runs.kernel.guards import GuardError, evaluate_guard, guard_steps, parse_guard
+from runs.kernel.intake import append, create_run
 from runs.kernel.leases import (
     LeasedCall,
     claim_call,
@@ -79,10 +81,15 @@ from runs.kernel.rounds import (
     round_oz_fail,
     round_switch,
 )
-from runs.kernel.sweeps import MAX_EXPIRED_CLAIMS, sweep_clocks, sweep_expired_claims, sweep_lost_messages
+from runs.kernel.sweeps import (
+    MAX_EXPIRED_CLAIMS,
+    sweep_clocks,
+    sweep_delegations,
+    sweep_expired_claims,
+    sweep_lost_messages,
+)
 from runs.kernel.templates import TemplateError, template_steps
 from runs.kernel.templates import render as render_template
-from runs.kernel.txn import Sender, install_sender, quick_chunks
 from runs.kernel.verbs import (
     abandon,
     answer,

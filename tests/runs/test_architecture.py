@@ -65,11 +65,13 @@ KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"templates"}),  # flow templates (read with the guards' parser)
     frozenset({"compile", "candidates"}),  # a request compiled (no HTTP, no writes); repair candidates
     frozenset({"bulk"}),  # set-based writes of many rows in one statement (unnest), each a compare-and-set
-    frozenset({"txn"}),  # Txn + locked(): the unit of work
+    frozenset({"txn"}),  # Txn: a transaction's changes recorded (compare-and-set moves, the one completion path)
+    frozenset({"children"}),  # a ready delegate task's child run opened (the parent's side)
     frozenset({"scheduling"}),  # evaluate, release, start, joins, a failure's policy
     frozenset({"settling", "failure"}),  # run quiescence, holds, cancels / auto-retry, replayability
-    frozenset({"expansion"}),  # create, append, expand (a round's fan, ask, compaction)
-    frozenset({"verbs", "worker", "sweeps", "delegation"}),  # verbs, the worker protocol, clocks and lost work, child runs
+    frozenset({"expansion", "delegation"}),  # tasks enter a run (add_tasks, expand); a child's end / a parent's stop
+    frozenset({"commit"}),  # the unit of work: locked(), commit() in order, sends, cross-run messages
+    frozenset({"intake", "verbs", "worker", "sweeps"}),  # create/append, verbs, the worker protocol, clocks and lost work
     frozenset({"leases", "rounds"}),  # runner leases; a model's answer (both report through the worker protocol)
 )
 FORBIDDEN_IN_KERNEL = ("celery", "runs.tasks", "runs.worker", "runs.execution")

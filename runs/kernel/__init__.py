@@ -16,14 +16,22 @@ tests/runs/test_architecture.py holds the order):
     graph, access, approvals  pure graph rules and the status groups; who acts, write standing;
       guards                  what an approval is bound to (a call's digest) and the rules' matchers;
                               a flow step's `when:` guard, parsed by a whitelist (never eval)
-    compile                   a request compiled (RunRequest, TaskSpec) and checked; no HTTP, no writes
-    txn                       Txn + locked(): compare-and-set moves, trace before run, sends on commit
+    compile, candidates       a request compiled (RunRequest, TaskSpec) and checked; no HTTP, no writes
+    bulk                      set-based statements, each a compare-and-set the caller checks
+    txn                       Txn: a transaction's changes recorded (moves, the one completion path,
+                              trace, due run steps, sends, children, messages to other runs)
+    children                  a ready delegate task's child run opened (its tasks wait for the commit)
     scheduling                evaluate, release, make_ready/start, approval gate, joins, after_failure
     settling, failure         quiescence, holds, stamps, cancels, findings; auto-retry, replayability
-    expansion                 tasks enter a run: create, append, expand (a round's fan, ask, compaction)
-    verbs, worker, sweeps     a person's verbs; claim/heartbeat/report keyed by Claimed; clocks, lost work;
-    delegation                a delegate task's child run: started, settled after commit, stopped, swept
+    expansion, delegation     tasks enter a run (add_tasks, expand); a child's end, a parent's stop
+    commit                    the unit of work: locked() and commit() in one order; the Sender port;
+                              messages between runs, each delivered in a transaction of its own
+    intake, verbs, worker,    create and append; a person's verbs; claim/heartbeat/report keyed by
+      sweeps                  Claimed; clocks, lost work (to workers and between runs)
     leases, rounds            runner leases; a model's answer applied to the graph
+
+Layers run one way too: a lower layer records what it cannot do itself, and the commit (which
+imports them) does it; nothing is installed into a lower layer but the `Sender` port.
 """
 
 from __future__ import annotations

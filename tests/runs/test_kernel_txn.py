@@ -10,7 +10,7 @@ from insights.models import RepairDaily
 from runs import kernel
 from runs.kernel import commit as kernel_commit
 from runs.kernel.txn import Txn
-from runs.models import Run
+from runs.models import Run, Task
 from tests.conftest import Team
 from tests.runs.driver import drive, fail
 
@@ -46,3 +46,13 @@ def test_the_order_matters_to_the_repairs_trigger(team: Team, monkeypatch: pytes
     monkeypatch.setattr(kernel_commit, "write_trace_then_run", run_first)
     kernel.retry(run_id=run.pk, key="a", user=team.users["operator"])
     assert held_repairs() == [0], "saved first, the run row hides the hold from the trigger"
+
+
+def test_a_move_to_completed_is_refused() -> None:
+    """A task completes through Txn.complete only, which chooses its statement (per row, or one
+    for a chunk) and records either alike."""
+    txn = Txn(run=Run(), actor="test")
+    with pytest.raises(ValueError, match="one completion path"):
+        txn.move(Task(key="a", status="running"), "completed")
+    with pytest.raises(ValueError, match="one completion path"):
+        txn.move_many([Task(key="a", status="running")], "completed")

@@ -16,14 +16,22 @@ tests/runs/test_architecture.py holds the order):
     graph, access, approvals  pure graph rules and the status groups; who acts, write standing;
       guards                  what an approval is bound to (a call's digest) and the rules' matchers;
                               a flow step's `when:` guard, parsed by a whitelist (never eval)
-    compile                   a request compiled (RunRequest, TaskSpec) and checked; no HTTP, no writes
-    txn                       Txn + locked(): compare-and-set moves, trace before run, sends on commit
+    compile, candidates       a request compiled (RunRequest, TaskSpec) and checked; no HTTP, no writes
+    bulk                      set-based statements, each a compare-and-set the caller checks
+    txn                       Txn: a transaction's changes recorded (moves, the one completion path,
+                              trace, due run steps, sends, children, messages to other runs)
+    children                  a ready delegate task's child run opened (its tasks wait for the commit)
     scheduling                evaluate, release, make_ready/start, approval gate, joins, after_failure
     settling, failure         quiescence, holds, stamps, cancels, findings; auto-retry, replayability
-    expansion                 tasks enter a run: create, append, expand (a round's fan, ask, compaction)
-    verbs, worker, sweeps     a person's verbs; claim/heartbeat/report keyed by Claimed; clocks, lost work;
-    delegation                a delegate task's child run: started, settled after commit, stopped, swept
+    expansion, delegation     tasks enter a run (add_tasks, expand); a child's end, a parent's stop
+    commit                    the unit of work: locked() and commit() in one order; the Sender port;
+                              messages between runs, each delivered in a transaction of its own
+    intake, verbs, worker,    create and append; a person's verbs; claim/heartbeat/report keyed by
+      sweeps                  Claimed; clocks, lost work (to workers and between runs)
     leases, rounds            runner leases; a model's answer applied to the graph
+
+Layers run one way too: a lower layer records what it cannot do itself, and the commit (which
+imports them) does it; nothing is installed into a lower layer but the `Sender` port.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from runs.kernel.access import require_write
 from runs.kernel.approvals import call_decision, call_digest, rule_problems, spec_digest
 from runs.kernel.approvals import problem_field as approval_problem_field
 from runs.kernel.candidates import repair_candidates_of
+from runs.kernel.commit import Sender, cancel_child, install_sender, quick_chunks, settle_parent
 from runs.kernel.compile import (
     DELEGATE_TOOLS,
     MAX_DEPTH,
@@ -45,9 +54,9 @@ from runs.kernel.compile import (
     compile_tasks,
     delegate_call_spec,
 )
-from runs.kernel.delegation import cancel_child, settle_parent, sweep_delegations, words_of
+from runs.kernel.delegation import words_of
 from runs.kernel.errors import Conflict, ContentHidden, Forbidden, InvalidRequest, KernelError, NotFound
-from runs.kernel.expansion import append, await_token_digest, create_run
+from runs.kernel.expansion import await_token_digest
 from runs.kernel.graph import (
     ASKING_STATUSES,
     FAILED_STATUSES,
@@ -58,6 +67,7 @@ from runs.kernel.graph import (
     repair_candidates,
 )
 from runs.kernel.guards import GuardError, evaluate_guard, guard_steps, parse_guard
+from runs.kernel.intake import append, create_run
 from runs.kernel.leases import (
     LeasedCall,
     claim_call,
@@ -79,10 +89,15 @@ from runs.kernel.rounds import (
     round_oz_fail,
     round_switch,
 )
-from runs.kernel.sweeps import MAX_EXPIRED_CLAIMS, sweep_clocks, sweep_expired_claims, sweep_lost_messages
+from runs.kernel.sweeps import (
+    MAX_EXPIRED_CLAIMS,
+    sweep_clocks,
+    sweep_delegations,
+    sweep_expired_claims,
+    sweep_lost_messages,
+)
 from runs.kernel.templates import TemplateError, template_steps
 from runs.kernel.templates import render as render_template
-from runs.kernel.txn import Sender, install_sender, quick_chunks
 from runs.kernel.verbs import (
     abandon,
     answer,

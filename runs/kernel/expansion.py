@@ -1,5 +1,6 @@
-"""Expansion: tasks enter a run here — a create, an append, a round's fan of tool calls, its
-question, and a compaction's summarizer — and nowhere else.
+"""Expansion: tasks enter a run here — a create's and an append's (runs.kernel.intake), a child's
+(runs.kernel.commit), a round's fan of tool calls, its question, and a compaction's summarizer —
+and nowhere else.
 
 `add_tasks` writes the rows, edges and their `task_added` trace, then lets scheduling make their
 first moves; `expand` is the one rule by which a round grows: it goes back to waiting on the
@@ -10,96 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
-
 from runs.kernel import graph
-from runs.kernel.access import actor_name, require_write
 from runs.kernel.bulk import insert_tasks
-from runs.kernel.compile import TaskSpec, check_storable, compile_create, compile_tasks
-from runs.kernel.errors import Conflict, InvalidRequest
+from runs.kernel.compile import TaskSpec
 from runs.kernel.failure import renewed_attempts
-from runs.kernel.graph import FAILED_STATUSES, FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
+from runs.kernel.graph import FAILED_STATUSES
 from runs.kernel.scheduling import evaluate, know_consumer, make_ready, release
-from runs.kernel.settling import release_hold
-from runs.kernel.txn import Txn, locked
-from runs.models import Edge, Run, RunStatus, Task, TaskStatus, Workspace
+from runs.kernel.txn import Txn
+from runs.models import Edge, Task, TaskStatus
 
 
 def await_token_digest(token: str) -> str:
     """Await tokens are stored as their SHA-256: the bearer proof itself rode out in the receipt only."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def create_run(*, workspace: Workspace, user: Any, body: Mapping[str, Any]) -> tuple[Run, dict[str, Any]]:
-    """Compile the whole request, then write the run, its tasks and their first moves (S30-S32)."""
-    require_write(user, workspace.pk)
-    request = compile_create(body, workspace)
-    agent_version = request.agent_version
-    with transaction.atomic():
-        run = Run.objects.create(
-            workspace=workspace,
-            agent_version=agent_version,
-            agent_name=agent_version.agent.name if agent_version else "",
-            created_by=user if user is not None and user.is_authenticated else None,
-            private=request.private,
-            input=request.input,
-            deliverable=request.deliverable or "",
-            approval=request.approval,
-            retry_budget=request.retry_budget,
-        )
-        txn = Txn(run=run, actor=actor_name(user))
-        txn.event(
-            None,
-            "run_created",
-            None,
-            RunStatus.PENDING,
-            data={"agent": run.agent_name or None, "version": agent_version.version if agent_version else None},
-        )
-        receipt = add_tasks(txn, request.tasks)
-        txn.check_run()
-        txn.finish()
-    return run, receipt
-
-
-def append(*, run_id: Any, user: Any, body: Mapping[str, Any]) -> tuple[Run, dict[str, Any]]:
-    """Add tasks to a run; an applied append releases a hold back to running (S17)."""
-    if not isinstance(body, Mapping):
-        raise InvalidRequest("invalid_request", "the body must be a JSON object")
-    check_storable(body)
-    raw_tasks = body.get("tasks") or []
-    if not raw_tasks:
-        raise InvalidRequest("missing_input", "an append needs `tasks`")
-    with locked(run_id, actor_name(user)) as txn:
-        run = txn.run
-        require_write(user, run.workspace_id)
-        if run.status not in OPEN_RUN_STATUSES:
-            raise Conflict(
-                "run_finished" if run.status in FINISHED_RUN_STATUSES else "run_canceling",
-                f"the run is {run.status}",
-            )
-        referenced: set[str] = set()
-        if isinstance(raw_tasks, list):
-            for raw in raw_tasks:
-                if isinstance(raw, Mapping):
-                    referenced.add(str(raw.get("key")))
-                    after = raw.get("after")
-                    if isinstance(after, list):
-                        referenced.update(str(a) for a in after)
-        if isinstance(body.get("deliverable"), str):
-            referenced.add(body["deliverable"])
-        existing = dict(Task.objects.filter(run=run, key__in=referenced).values_list("key", "kind"))
-        compiled = compile_tasks(raw_tasks, existing_keys=existing, deliverable=body.get("deliverable"))
-        if compiled.deliverable:
-            txn.set_run(deliverable=compiled.deliverable)
-        txn.event(None, "appended", data={"keys": [t.key for t in compiled.tasks], "deliverable": compiled.deliverable})
-        receipt = add_tasks(txn, compiled.tasks)
-        if run.status == RunStatus.NEEDS_ATTENTION:
-            release_hold(txn)
-        txn.check_run()
-    return txn.run, receipt
 
 
 def add_tasks(txn: Txn, specs: Sequence[TaskSpec]) -> dict[str, Any]:

@@ -20,9 +20,10 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from runs.kernel.commit import locked
 from runs.kernel.failure import is_replayable
 from runs.kernel.scheduling import after_failure, approval_holds, tool_deadline
-from runs.kernel.txn import Txn, locked
+from runs.kernel.txn import Txn
 from runs.kernel.worker import Claimed, claimed_from
 from runs.models import Executor, Membership, Role, RunStatus, Task, TaskStatus
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from agents.models import AgentVersion
 from runs import failures
+from runs.kernel.commit import locked
 from runs.kernel.compile import DELEGATE_TOOLS, TaskSpec, check_storable, delegate_call_spec
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.expansion import add_tasks, arm_compaction_in, expand
@@ -20,7 +21,6 @@ from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import OPEN_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, make_ready
 from runs.kernel.settling import fail_run
-from runs.kernel.txn import locked
 from runs.kernel.worker import Claimed, held_task, merge_result, task_complete
 from runs.models import Run, Task, TaskStatus
 from runs.tools import get_tool

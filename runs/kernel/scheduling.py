@@ -20,6 +20,7 @@ from django.conf import settings
 
 from runs.kernel import graph
 from runs.kernel.approvals import call_decision, spec_digest
+from runs.kernel.children import open_child, plan_child
 from runs.kernel.graph import FAILED_STATUSES, LIVE_STATUSES
 from runs.kernel.txn import Txn
 from runs.models import Edge, RunStatus, Task, TaskStatus
@@ -177,8 +178,8 @@ def start(txn: Txn, task: Task) -> None:
         txn.move(task, to, ready=False, attempt=task.attempt + 1, started_at=txn.now, deadline_at=deadline, queued_at=txn.now)
         return
     if task.kind == "delegate":
-        # A child run of the named agent, started in this transaction (runs.kernel.delegation).
-        txn.start_child(task)
+        # A child run of the named agent, opened in this transaction (runs.kernel.children).
+        start_child(txn, task)
         return
     if task.kind == "tool":
         if task.composed and not approval_granted(txn, task):
@@ -186,14 +187,13 @@ def start(txn: Txn, task: Task) -> None:
         if task.spec.get("native"):
             # The approval a framework asked for before running a tool of its own (F7): granted,
             # it is the call's answer; nothing runs here.
-            txn.move(
-                task,
-                TaskStatus.COMPLETED,
+            txn.complete(
+                [(task, {"approved": True, "digest": task.approved_digest})],
+                result={},
                 ready=False,
                 attempt=task.attempt + 1,
                 started_at=txn.now,
                 finished_at=txn.now,
-                result={"value": {"approved": True, "digest": task.approved_digest}},
             )
             release(txn, [task.key])
             return
@@ -218,6 +218,23 @@ def start(txn: Txn, task: Task) -> None:
         txn.dispatch_sessions.append(task.pk)
         return
     txn.dispatch.append(task.pk)
+
+
+def start_child(txn: Txn, task: Task) -> None:
+    """A ready delegate task opens its child run; one whose `when:` guard is false is skipped
+    (`condition_false`) and starts nothing (F17); one whose child may not start fails."""
+    plan = plan_child(txn, task)
+    if plan.guard_false:
+        txn.move(
+            task, TaskStatus.SKIPPED, ready=False, error=("condition_false", "the step's guard was false"), finished_at=txn.now
+        )
+        release(txn, [task.key])
+        return
+    if plan.refusal is not None:
+        txn.move(task, TaskStatus.FAILED, ready=False, error=plan.refusal, finished_at=txn.now, attempt=task.attempt + 1)
+        after_failure(txn, task)
+        return
+    open_child(txn, task, plan)
 
 
 def approval_granted(txn: Txn, task: Task) -> bool:
@@ -283,14 +300,15 @@ def complete_join(txn: Txn, task: Task) -> None:
         for key in task.after
         if graph.source_state(sources[key].status, sources[key].on_failure, sources[key].failure_resolution) == "ok"
     }
+    result: dict[str, Any] = {}
     if task.spec.get("mode") == "any":
         first = next(iter(values))
-        result: dict[str, Any] = {"value": values[first], "winner": first}
+        value, result = values[first], {"winner": first}
     elif task.spec.get("mode") == "settled":
-        result = {"value": settled_output(task, values, sources)}
+        value = settled_output(task, values, sources)
     else:
-        result = {"value": values}
-    txn.move(task, TaskStatus.COMPLETED, result=result, finished_at=txn.now)
+        value = values
+    txn.complete([(task, value)], result=result, finished_at=txn.now)
     if task.spec.get("mode") in ("any", "quorum"):
         cancel_losers(txn, task)
 

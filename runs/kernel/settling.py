@@ -1,7 +1,8 @@
 """Run-level settling: quiescence, holds, attention stamps, announcements, cancels and findings.
 
-A transaction's moves make these due (`Txn.check_run`, `restamp`, `announce`) and `Txn.finish`
-runs them once, before it writes: this module installs them as the transaction's run steps.
+A transaction's moves make these due (`Txn.check_run`, `restamp`, `announce`) and its commit
+(runs.kernel.commit) runs them once, before it writes: `settle_run`, `restamp_run` and
+`announce_asks` are the transaction's run-level steps.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from runs.kernel import graph
 from runs.kernel.errors import Conflict
 from runs.kernel.graph import ASKING_STATUSES, FAILED_STATUSES, FINISHED_RUN_STATUSES, LIVE_STATUSES, WORKING_RUN_STATUSES
 from runs.kernel.scheduling import start
-from runs.kernel.txn import Txn, install_run_step
+from runs.kernel.txn import Txn
 from runs.models import Finding, Run, RunStatus, Task, TaskStatus, TraceEvent
 
 
@@ -56,7 +57,8 @@ def _halt_stamp(pending: list[tuple[str, str]]) -> dict[str, Any]:
     }
 
 
-def _settle_run(txn: Txn) -> None:
+def settle_run(txn: Txn) -> None:
+    """Judge the run's quiescence: finish a cancel, complete, hold, or release a hold."""
     run = txn.run
     if run.status == RunStatus.CANCELING:
         if not Task.objects.filter(run=run, status__in=LIVE_STATUSES).exists():
@@ -124,7 +126,7 @@ def _settled_on_a_failure(txn: Txn, deliverable: Task) -> bool:
         failure = {**failures.platform_failure(kind, failed.error_detail), "words_of": "oz0"}
     fail_run(txn, failure, failed.error_detail or failed.error_key or "a step failed", failed)
     # Every step has settled: the cancel has nothing to wait for, and the flow ends now.
-    _settle_run(txn)
+    settle_run(txn)
     return True
 
 
@@ -180,7 +182,7 @@ def release_hold(txn: Txn) -> None:
     txn.restamp()
 
 
-def _restamp(txn: Txn) -> None:
+def restamp_run(txn: Txn) -> None:
     """Keep run.attention true to the live asks and pending failures; a standing stamp is
     never replaced by another reason while its own cause remains (S21)."""
     run = txn.run
@@ -211,7 +213,8 @@ def _restamp(txn: Txn) -> None:
         txn.event(None, "attention", data=stamp)
 
 
-def _announce(txn: Txn) -> None:
+def announce_asks(txn: Txn) -> None:
+    """Keep run.announcements true to the model-composed asks."""
     run = txn.run
     statuses = set(Task.objects.filter(run=run, status__in=ASKING_STATUSES, composed=True).values_list("status", flat=True))
     announcements = []
@@ -347,8 +350,3 @@ def fail_run(txn: Txn, failure: dict[str, Any], error_text: str, step: Task) -> 
     """End the run canceled with an agent's own failure (oz.fail)."""
     txn.set_run(error=error_text)
     cancel(txn, reason="", failure=failure, step=step)
-
-
-install_run_step("settle_run", _settle_run)
-install_run_step("restamp", _restamp)
-install_run_step("announce", _announce)

@@ -1,4 +1,5 @@
-"""Sweeps and clocks, run by Celery beat: expired claims, lost messages, park clocks and await timeouts.
+"""Sweeps and clocks, run by Celery beat: expired claims, lost messages (to workers and between
+runs), park clocks and await timeouts.
 
 Holds have no clock (S19): nothing here touches a run that waits on a person's decision.
 """
@@ -8,13 +9,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from runs.kernel.commit import cancel_child, locked, pause_child, resume_child, send_on_commit, settle_parent
 from runs.kernel.failure import is_replayable
-from runs.kernel.graph import KERNEL_EXECUTED
+from runs.kernel.graph import FINISHED_RUN_STATUSES, KERNEL_EXECUTED, OPEN_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, make_ready
-from runs.kernel.txn import Txn, locked, send_on_commit
-from runs.models import RunStatus, Task, TaskStatus
+from runs.kernel.settling import PAUSABLE
+from runs.kernel.txn import Txn
+from runs.models import Run, RunStatus, Task, TaskStatus
 
 # A replayable call whose claim expired this many times in a row fails instead of being handed on.
 MAX_EXPIRED_CLAIMS = 3
@@ -135,3 +139,34 @@ def sweep_clocks(now: datetime | None = None) -> int:
                 continue
             after_failure(txn, task)
     return len(due)
+
+
+def sweep_delegations(limit: int = 500) -> int:
+    """Deliver again what a crash between two runs' transactions lost: the settle of a delegate
+    task whose child has ended, the cancel of a child whose parent (or task) has stopped, and the
+    pause or resume of a child whose parent paused or resumed."""
+    settles = list(
+        Task.objects.filter(kind="delegate", status=TaskStatus.RUNNING, child__status__in=FINISHED_RUN_STATUSES).values_list(
+            "child_id", flat=True
+        )[:limit]
+    )
+    for child_id in settles:
+        settle_parent(str(child_id))
+    stopped_task = Task.objects.filter(run=OuterRef("parent"), key=OuterRef("parent_task_key"), child=OuterRef("pk")).filter(
+        Q(cancel_requested=True) | Q(status=TaskStatus.CANCELED)
+    )
+    orphans = list(
+        Run.objects.filter(status__in=OPEN_RUN_STATUSES, parent__isnull=False)
+        .filter(Q(parent__status__in=(RunStatus.CANCELING, RunStatus.CANCELED)) | Exists(stopped_task))
+        .values_list("pk", flat=True)[:limit]
+    )
+    for child_id in orphans:
+        cancel_child(str(child_id))
+    unpaused = list(Run.objects.filter(status__in=PAUSABLE, parent__status=RunStatus.PAUSED).values_list("pk", flat=True)[:limit])
+    for child_id in unpaused:
+        pause_child(str(child_id))
+    still_paused = list(
+        Run.objects.filter(status=RunStatus.PAUSED, parent__status=RunStatus.RUNNING).values_list("pk", flat=True)[:limit]
+    )
+    resumed = sum(resume_child(str(child_id)) for child_id in still_paused)
+    return len(settles) + len(orphans) + len(unpaused) + resumed

@@ -1,136 +1,48 @@
-"""The unit of work: one kernel transaction on one run, holding the run's row lock.
+"""What one kernel transaction on one run changes, recorded: the low layer of the unit of work.
 
-`locked(run_id)` opens it; a `Txn` changes task rows compare-and-set on their current status
-(`move`, `move_many`), traces every change, and at the end (`finish`) runs the commit steps in
-one fixed order:
-
-1. write the pending bulk moves (readiness, skips);
-2. the run-level steps the moves made due (`settle_run`, `restamp`, `announce`, installed by
-   `runs.kernel.settling`), which may change the run row and add trace events;
-3. insert the trace events, THEN save the run row: the insights trigger on the trace insert
-   (insights_count_repairs) reads `runs_run.held_since` when a retry or abandon's `resolved`
-   event lands, and the same transaction's release of the hold clears it; saved first, the run
-   row would tell the trigger the repair was never held (tests/runs/test_kernel_txn.py);
-4. register the Celery sends (through the installed `Sender`) and the channel publish with
-   `transaction.on_commit`, so nothing leaves the process for a change that rolled back.
-
-The kernel does not import Celery: the runs app installs the sender in `AppConfig.ready()`.
+A `Txn` changes task rows compare-and-set on their current status (`move`, `move_many`, and
+`complete`, the one way a task completes), and records everything else the transaction means:
+its trace events, the run row's changed fields, the run-level steps its moves made due
+(`RUN_STEPS`), the ready work to send, the children it opened and the messages to other runs.
+It calls no layer above its own: `runs.kernel.commit` (which imports every layer it needs, and
+opens transactions with `locked()`) reads the record and commits it, in one fixed order.
 """
 
 from __future__ import annotations
 
-import logging
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from oz0site import realtime
-from runs.kernel.bulk import PendingEvent, insert_trace, lock_run, mark_ready, skip_waiting
-from runs.kernel.errors import Conflict, NotFound
+from runs.kernel.bulk import PendingEvent, claim_queued, complete_held, mark_ready, skip_waiting
+from runs.kernel.compile import TaskSpec
+from runs.kernel.errors import Conflict
 from runs.kernel.graph import ASKING_STATUSES, FAILED_STATUSES, FINISHED_RUN_STATUSES
 from runs.models import Run, Task, TaskStatus
-
-log = logging.getLogger(__name__)
 
 # The run-level steps a transaction runs before it writes, in this order.
 RunStep = Literal["settle_run", "restamp", "announce"]
 RUN_STEPS: tuple[RunStep, ...] = ("settle_run", "restamp", "announce")
 
 
-class Sender(Protocol):
-    """Sends ready work to the workers: one message per task id, one per chunk of quick calls, and
-    one per session (a round of an agent written in a framework, F7), which goes to the session
-    workers: a session waits on people and tool calls for as long as they take, and must not hold
-    a slot the engine's own rounds, tools and sweeps need."""
-
-    def __call__(self, task_ids: list[int], chunks: list[list[int]], run_id: str | None, sessions: list[int]) -> None: ...
-
-
-_sender: Sender | None = None
-_run_steps: dict[RunStep, Callable[[Txn], None]] = {}
-
 # Delegation's messages between two runs (F14-F16). A transaction never holds two runs' locks:
 # what one run's change means to another (a child ended: settle the parent's task; a parent is
-# canceled: cancel the child) is done after commit, in a transaction of its own on the other run.
-# Each is idempotent, and the delegation sweep sends again whatever a crash lost.
+# canceled: cancel the child) is recorded here (`Txn.tell`) and delivered after commit by
+# runs.kernel.commit, in a transaction of its own on the other run. Each is idempotent, and the
+# delegation sweep sends again whatever a crash lost.
 CrossRun = Literal["settle_parent", "cancel_child", "pause_child", "resume_child"]
-_cross_run: dict[CrossRun, Callable[[str], object]] = {}
-_child_starter: list[Callable[[Txn, Task], None]] = []
 
 
-def install_sender(sender: Sender | None) -> Sender | None:
-    """Install the port the kernel sends through (the runs app's Celery adapter); returns the one before."""
-    global _sender
-    previous, _sender = _sender, sender
-    return previous
+@dataclass
+class OpenedChild:
+    """A child run a ready delegate task opened in this transaction: its row is written; its tasks
+    are added, and its own transaction committed, when the parent's commits (runs.kernel.commit)."""
 
-
-def install_run_step(name: RunStep, step: Callable[[Txn], None]) -> None:
-    """Install one of the run-level commit steps (runs.kernel.settling does, on import)."""
-    _run_steps[name] = step
-
-
-def install_cross_run(name: CrossRun, handler: Callable[[str], object]) -> None:
-    """Install what a cross-run message does (runs.kernel.delegation does, on import)."""
-    _cross_run[name] = handler
-
-
-def install_child_starter(starter: Callable[[Txn, Task], None]) -> None:
-    """Install how a ready delegate task starts its child run (runs.kernel.delegation does)."""
-    _child_starter[:] = [starter]
-
-
-def cross_run_now(name: CrossRun, run_id: str) -> None:
-    """Deliver one cross-run message. A failure is logged: the delegation sweep delivers it again."""
-    try:
-        _cross_run[name](run_id)
-    except Exception:
-        log.exception("cross-run %s of run %s failed; the delegation sweep sends it again", name, run_id)
-
-
-def send_on_commit(task_ids: Sequence[int], run_id: Any = None, quick: Sequence[int] = (), sessions: Sequence[int] = ()) -> None:
-    """Send these tasks to the workers once the surrounding transaction commits."""
-    in_sessions = list(dict.fromkeys(sessions))
-    singles = [i for i in dict.fromkeys(task_ids) if i not in set(in_sessions)]
-    sent_alone = set(singles) | set(in_sessions)
-    chunks = quick_chunks([i for i in dict.fromkeys(quick) if i not in sent_alone])
-    run = str(run_id) if run_id is not None else None
-
-    def send() -> None:
-        if _sender is None:
-            raise RuntimeError("no sender is installed: the runs app installs one in AppConfig.ready()")
-        try:
-            _sender(singles, chunks, run, in_sessions)
-        except Exception as error:
-            # The change is committed; a broker that is away must not turn it into an error for
-            # whoever made it (a request would answer 500 for a run that exists). The tasks stay
-            # queued in the database and the lost-message sweep sends them again.
-            log.warning(
-                "sending %d ready tasks of run %s failed (%s); the lost-message sweep sends them again",
-                len(singles) + sum(map(len, chunks)) + len(in_sessions),
-                run,
-                error,
-            )
-
-    transaction.on_commit(send)
-
-
-def quick_chunks(ids: list[int]) -> list[list[int]]:
-    """Split ready quick calls into one message per chunk: a chunk is claimed, run and reported in
-    two transactions, yet there are enough chunks for every worker process to take a share."""
-    if not ids:
-        return []
-    size = max(1, int(settings.OZ0_QUICK_BATCH))
-    parts = max(1, int(settings.OZ0_QUICK_SPREAD))
-    size = max(1, min(size, -(-len(ids) // parts)))
-    return [ids[i : i + size] for i in range(0, len(ids), size)]
+    txn: Txn
+    tasks: Sequence[TaskSpec]
 
 
 def error_of(error: tuple[str, str | None] | None) -> dict[str, Any] | None:
@@ -166,6 +78,8 @@ class Txn:
     expanded: set[str] = field(default_factory=set)
     # Messages to other runs, delivered after commit (see CrossRun).
     cross_run: list[tuple[CrossRun, str]] = field(default_factory=list)
+    # Child runs this transaction opened, committed with it (see OpenedChild).
+    children: list[OpenedChild] = field(default_factory=list)
 
     # ---- the run-level steps at commit ----
     def check_run(self) -> None:
@@ -237,11 +151,9 @@ class Txn:
         if (name, run_id) not in self.cross_run:
             self.cross_run.append((name, run_id))
 
-    def start_child(self, task: Task) -> None:
-        """Start a ready delegate task's child run (runs.kernel.delegation installs how)."""
-        if not _child_starter:
-            raise RuntimeError("runs.kernel.delegation is not imported: no child starter is installed")
-        _child_starter[0](self, task)
+    def open_child(self, child: Txn, tasks: Sequence[TaskSpec]) -> None:
+        """A child run this transaction opened (its row written): its tasks are added at commit."""
+        self.children.append(OpenedChild(child, tasks))
 
     def stop_child(self, task: Task) -> None:
         """A delegate task that stops takes its running child with it (F16), after commit."""
@@ -262,7 +174,20 @@ class Txn:
         event_data: dict[str, Any] | None = None,
         **fields: Any,
     ) -> None:
-        """Compare-and-set one task's status and trace it."""
+        """Compare-and-set one task's status and trace it. A task completes through `complete`."""
+        if to == TaskStatus.COMPLETED:
+            raise ValueError("a task completes through Txn.complete, the one completion path")
+        self._move(task, to, error=error, event_data=event_data, **fields)
+
+    def _move(
+        self,
+        task: Task,
+        to: str,
+        *,
+        error: tuple[str, str | None] | None = None,
+        event_data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> None:
         before = task.status
         values: dict[str, Any] = {"status": to, **fields}
         if error is not None:
@@ -275,6 +200,19 @@ class Txn:
             raise Conflict("stale_task", f"task {task.key!r} is no longer {before}")
         for name, value in values.items():
             setattr(task, name, value)
+        self.moved(task, before, to, error=error, event_data=event_data)
+
+    def moved(
+        self,
+        task: Task,
+        before: str,
+        to: str,
+        *,
+        error: tuple[str, str | None] | None = None,
+        event_data: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a task's move whose row is written (held in the cache, traced, the run-level
+        steps it makes due): every per-task move records itself here, whichever statement wrote it."""
         self.cache[task.key] = task
         self.event(task.key, "status", before, to, error=error_of(error), data=event_data)
         self.check_run()
@@ -284,8 +222,60 @@ class Txn:
         if to in FAILED_STATUSES or before in FAILED_STATUSES:
             self.restamp()
 
+    def complete(
+        self,
+        answered: Sequence[tuple[Task | int, Any]],
+        *,
+        held_by: str | None = None,
+        result: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> list[Task]:
+        """The one way tasks complete, each with the value it answered (its result's `value`);
+        returns the completed rows.
+
+        The statement follows what the caller holds. Tasks whose rows this transaction holds are
+        each completed by a compare-and-set on their row, `fields` written with it; `result` (if
+        given) replaces the row's result, the value joining it. Calls named by id under the claim `held_by`
+        (a worker's chunk, every call answered) are completed in one statement that reads their
+        rows back (bulk.complete_held), each value joining its row's result; a call the claim no
+        longer holds is left out of the answer. Either way each completion is recorded alike
+        (`moved`), so the two statements cannot drift apart."""
+        if held_by is None:
+            done: list[Task] = []
+            for task, value in answered:
+                assert isinstance(task, Task), "a per-row completion names rows the transaction holds"
+                merged = {**((task.result if result is None else result) or {}), "value": value}
+                self._move(task, TaskStatus.COMPLETED, result=merged, **fields)
+                done.append(task)
+            return done
+        assert not fields and result is None, "a chunk's completion writes its values and nothing else"
+        values: list[tuple[int, Any]] = []
+        for task_id, value in answered:
+            assert isinstance(task_id, int), "a chunk's completion names its calls by id"
+            values.append((task_id, value))
+        by_id = {task.pk: task for task in complete_held(self.run.pk, held_by, values, self.now)}
+        done = [by_id[task_id] for task_id, _ in values if task_id in by_id]
+        for task in done:
+            self.moved(task, TaskStatus.RUNNING, TaskStatus.COMPLETED)
+        return done
+
+    def claim(self, tasks: Sequence[Task], claim: str, deadline: datetime, *, queued_now: bool) -> None:
+        """Claim queued calls whose rows the transaction holds (read under the run lock): one
+        conditional UPDATE, the rows brought in line with it (traced by the caller, in its order)."""
+        updated = claim_queued([t.pk for t in tasks], claim, self.now, deadline, queued_now=queued_now)
+        if updated != len(tasks):
+            raise Conflict("stale_task", "tasks changed under the run lock")
+        for task in tasks:
+            task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
+            task.heartbeat_at = task.started_at = self.now
+            task.deadline_at, task.cancel_requested = deadline, False
+            if queued_now:
+                task.queued_at = self.now
+
     def move_many(self, tasks: Sequence[Task], to: str, *, error: tuple[str, str | None] | None = None, **fields: Any) -> None:
         """The same transition for many tasks at once (skips and cancels over large graphs)."""
+        if to == TaskStatus.COMPLETED:
+            raise ValueError("a task completes through Txn.complete, the one completion path")
         by_status: dict[str, list[Task]] = {}
         for task in tasks:
             by_status.setdefault(task.status, []).append(task)
@@ -341,58 +331,3 @@ class Txn:
             if skip_waiting([t.pk for t in group], cause, self.now) != len(group):
                 raise Conflict("stale_task", "tasks changed under the run lock")
         self.pending_skips = {}
-
-    # ---- commit ----
-    def finish(self) -> None:
-        self.flush()
-        for name in RUN_STEPS:
-            if name in self.due:
-                _run_steps[name](self)
-        self.write_trace_then_run()
-        if self.dispatch or self.dispatch_quick or self.dispatch_sessions:
-            send_on_commit(self.dispatch, self.run.pk, self.dispatch_quick, self.dispatch_sessions)
-        if self.changed:
-            self.publish_on_commit()
-        for message, run_id in self.cross_run:
-            transaction.on_commit(lambda message=message, run_id=run_id: cross_run_now(message, run_id))  # type: ignore[misc]
-
-    def write_trace_then_run(self) -> None:
-        """Trace events first, the run row second: the repairs trigger on the trace insert reads
-        the run row as it stood before this transaction (its held_since; see the module docstring)."""
-        if self.run_fields == {"last_seq"} and self.events:
-            # The usual transaction: one statement writes its trace and the run's new sequence.
-            self.run.updated_at = timezone.now()
-            insert_trace(self.run.pk, self.events, run_seq=(self.run.last_seq, self.run.updated_at))
-            return
-        insert_trace(self.run.pk, self.events)
-        if self.run_fields:
-            self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
-
-    def publish_on_commit(self) -> None:
-        run = self.run
-        payload = {
-            "type": "run.changed",
-            "run": str(run.id),
-            "workspace": run.workspace_id,
-            "status": run.status,
-            "seq": run.last_seq,
-            "attention": (run.attention or {}).get("reason"),
-            "tasks": sorted({e.task_key for e in self.events if e.task_key})[:50],
-        }
-        realtime.publish_on_commit([realtime.run_group(run.id), realtime.workspace_group(run.workspace_id)], payload)
-
-
-@contextmanager
-def locked(run_id: Any, actor: str = "") -> Iterator[Txn]:
-    """A transaction holding the run's row lock; its moves are written and published at the end."""
-    try:
-        key = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
-    except (ValueError, TypeError):
-        raise NotFound("run") from None
-    with transaction.atomic():
-        run = lock_run(key)
-        if run is None:
-            raise NotFound("run")
-        txn = Txn(run=run, actor=actor)
-        yield txn
-        txn.finish()

@@ -10,6 +10,7 @@ from typing import Any
 from runs.kernel.access import actor_name, require_content, require_write
 from runs.kernel.approvals import is_digest, spec_digest
 from runs.kernel.candidates import repair_candidates_of
+from runs.kernel.commit import locked
 from runs.kernel.compile import check_storable
 from runs.kernel.errors import Conflict, InvalidRequest, NotFound
 from runs.kernel.expansion import arm_compaction_in, await_token_digest
@@ -17,7 +18,7 @@ from runs.kernel.failure import renewed, renewed_attempts, route_refusal
 from runs.kernel.graph import FINISHED_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, evaluate, make_ready, release
 from runs.kernel.settling import cancel, pause, release_hold, resume
-from runs.kernel.txn import Txn, locked
+from runs.kernel.txn import Txn
 from runs.models import Run, RunStatus, Task, TaskStatus
 from runs.permissions import is_member
 
@@ -158,7 +159,7 @@ def answer(*, run_id: Any, key: str, user: Any, value: Any) -> Run:
         if task.status != TaskStatus.AWAITING_INPUT:
             raise Conflict("not_pending", f"task {key!r} is {task.status}, not awaiting input")
         txn.event(task.key, "verb", data={"verb": "answer", "value": value})
-        txn.move(task, TaskStatus.COMPLETED, result={"value": value}, finished_at=txn.now, deadline_at=None)
+        txn.complete([(task, value)], result={}, finished_at=txn.now, deadline_at=None)
         release(txn, [task.key])
         return txn.run
 
@@ -199,7 +200,7 @@ def resolve_await(*, token: Any, user: Any, value: Any, error: Any = None) -> Ru
             after_failure(txn, task)
             return txn.run
         txn.event(task.key, "verb", data={"verb": "resolve", "outcome": "value", "value": value})
-        txn.move(task, TaskStatus.COMPLETED, result={"value": value}, finished_at=txn.now, deadline_at=None)
+        txn.complete([(task, value)], result={}, finished_at=txn.now, deadline_at=None)
         release(txn, [task.key])
         return txn.run
 

@@ -14,12 +14,12 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from runs.kernel.bulk import claim_named, claim_queued, complete_held
-from runs.kernel.errors import Conflict
+from runs.kernel.bulk import claim_named
+from runs.kernel.commit import locked
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, approval_holds, release, tool_deadline
-from runs.kernel.txn import Txn, locked
+from runs.kernel.txn import Txn
 from runs.models import Run, Task, TaskStatus, TraceEvent
 
 log = logging.getLogger(__name__)
@@ -188,11 +188,10 @@ def task_complete(
         task = held_task(txn, claimed)
         if task is None:
             return False
-        result = {**merge_result(txn, task, extra), "value": value}
-        fields: dict[str, Any] = {"result": result, "finished_at": txn.now, "claim": None}
+        fields: dict[str, Any] = {"finished_at": txn.now, "claim": None}
         if state is not None:
             fields["state"] = dict(state)
-        txn.move(task, TaskStatus.COMPLETED, **fields)
+        txn.complete([(task, value)], result=merge_result(txn, task, extra), **fields)
         release(txn, [task.key])
         return True
 
@@ -304,16 +303,7 @@ def claim_rows(txn: Txn, tasks: list[Task], claim: str, *, queued_now: bool) -> 
     tasks = [t for t in tasks if t.status == TaskStatus.WAITING and t.ready]
     if not tasks:
         return []
-    deadline = tool_deadline({}, txn.now)
-    updated = claim_queued([t.pk for t in tasks], claim, txn.now, deadline, queued_now=queued_now)
-    if updated != len(tasks):
-        raise Conflict("stale_task", "tasks changed under the run lock")
-    for task in tasks:
-        task.status, task.ready, task.claim, task.attempt = TaskStatus.RUNNING, False, claim, task.attempt + 1
-        task.heartbeat_at = task.started_at = txn.now
-        task.deadline_at, task.cancel_requested = deadline, False
-        if queued_now:
-            task.queued_at = txn.now
+    txn.claim(tasks, claim, tool_deadline({}, txn.now), queued_now=queued_now)
     return tasks
 
 
@@ -335,15 +325,9 @@ def report_batch(outcomes: Sequence[Outcome], *, take: int = 0, then_claim: str 
         if all(o.error is None and not o.stopped for o in outcomes):
             # Every call answered a value (the usual chunk): one statement settles the calls
             # this claim still holds and returns their rows; a call it no longer holds is left alone.
-            values = [(o.claimed.task_id, o.value) for o in outcomes]
-            by_id = {t.pk: t for t in complete_held(txn.run.pk, claim, values, txn.now)}
-            completed = [by_id[o.claimed.task_id] for o in outcomes if o.claimed.task_id in by_id]
-            record_lost_lease(txn, [o.claimed for o in outcomes if o.claimed.task_id not in by_id])
-            txn.remember(completed)
-            for task in completed:
-                txn.event(task.key, "status", TaskStatus.RUNNING, TaskStatus.COMPLETED)
-            if completed:
-                txn.check_run()
+            completed = txn.complete([(o.claimed.task_id, o.value) for o in outcomes], held_by=claim)
+            done = {t.pk for t in completed}
+            record_lost_lease(txn, [o.claimed for o in outcomes if o.claimed.task_id not in done])
         else:
             completed = settle_mixed(txn, outcomes, claim)
         taking = then_claim is not None and take > 0
@@ -368,7 +352,6 @@ def settle_mixed(txn: Txn, outcomes: Sequence[Outcome], claim: str) -> list[Task
     txn.remember(held.values())
     record_lost_lease(txn, [o.claimed for o in outcomes if o.claimed.task_id not in held])
     completed: list[Task] = []
-    values: list[tuple[int, Any]] = []
     for outcome in outcomes:
         task = held.get(outcome.claimed.task_id)
         if task is None:
@@ -379,14 +362,7 @@ def settle_mixed(txn: Txn, outcomes: Sequence[Outcome], claim: str) -> list[Task
             key, detail = outcome.error
             fail_claimed(txn, task, TaskStatus.FAILED, key, detail, {"finished_at": txn.now, "claim": None})
         else:
-            task.status, task.finished_at, task.claim = TaskStatus.COMPLETED, txn.now, None
-            task.result = {**(task.result or {}), "value": outcome.value}
-            txn.event(task.key, "status", TaskStatus.RUNNING, TaskStatus.COMPLETED)
-            completed.append(task)
-            values.append((task.pk, outcome.value))
-    if completed:
-        # One UPDATE for the chunk's completions: the rows are held by this claim under the run lock.
-        if len(complete_held(txn.run.pk, claim, values, txn.now)) != len(completed):
-            raise Conflict("stale_task", "tasks changed under the run lock")
-        txn.check_run()
+            # A mixed batch is rare (the usual chunk answers every call, one statement in
+            # report_batch): each completion is written in the batch's order, as its row.
+            completed += txn.complete([(task, outcome.value)], finished_at=txn.now, claim=None)
     return completed

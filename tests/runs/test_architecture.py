@@ -65,11 +65,13 @@ KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"templates"}),  # flow templates (read with the guards' parser)
     frozenset({"compile", "candidates"}),  # a request compiled (no HTTP, no writes); repair candidates
     frozenset({"bulk"}),  # set-based writes of many rows in one statement (unnest), each a compare-and-set
-    frozenset({"txn"}),  # Txn + locked(): the unit of work
+    frozenset({"txn"}),  # Txn: a transaction's changes recorded (compare-and-set moves, the one completion path)
+    frozenset({"children"}),  # a ready delegate task's child run opened (the parent's side)
     frozenset({"scheduling"}),  # evaluate, release, start, joins, a failure's policy
     frozenset({"settling", "failure"}),  # run quiescence, holds, cancels / auto-retry, replayability
-    frozenset({"expansion"}),  # create, append, expand (a round's fan, ask, compaction)
-    frozenset({"verbs", "worker", "sweeps", "delegation"}),  # verbs, the worker protocol, clocks and lost work, child runs
+    frozenset({"expansion", "delegation"}),  # tasks enter a run (add_tasks, expand); a child's end / a parent's stop
+    frozenset({"commit"}),  # the unit of work: locked(), commit() in order, sends, cross-run messages
+    frozenset({"intake", "verbs", "worker", "sweeps"}),  # create/append, verbs, the worker protocol, clocks and lost work
     frozenset({"leases", "rounds"}),  # runner leases; a model's answer (both report through the worker protocol)
 )
 FORBIDDEN_IN_KERNEL = ("celery", "runs.tasks", "runs.worker", "runs.execution")
@@ -219,4 +221,146 @@ def test_it_would_catch_an_import_against_the_layers() -> None:
     assert upward_imports("scheduling", "from runs.kernel.settling import release_hold\n") == ["scheduling -> settling"]
     assert upward_imports("settling", "from runs.kernel.failure import renewed\n") == ["settling -> failure"]
     assert upward_imports("txn", "from runs.kernel import verbs\n") == ["txn -> verbs"]
-    assert upward_imports("verbs", "from runs.kernel.expansion import expand\nfrom runs.kernel.txn import locked\n") == []
+    assert upward_imports("txn", "from runs.kernel.settling import settle_run\n") == ["txn -> settling"]
+    assert upward_imports("delegation", "from runs.kernel.commit import locked\n") == ["delegation -> commit"]
+    assert upward_imports("verbs", "from runs.kernel.expansion import expand\nfrom runs.kernel.commit import locked\n") == []
+
+
+# ---- the kernel layered when it runs too: no registries, one completion path (issue 28) ----
+
+# The one thing the kernel has installed rather than imported: the port to the broker (the kernel
+# never imports Celery; the runs app, the composition root, installs its adapter at start-up).
+KERNEL_PORTS = frozenset({("commit.py", "install_sender")})
+MUTABLE_CALLS = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict", "WeakValueDictionary"})
+
+
+def registries(name: str, source: str) -> list[str]:
+    """What would let a lower layer call a higher one through state filled at import: an
+    `install_*`/`register_*` function or a `global` statement (but the one port), a module-level
+    container that starts empty or holds callables (a handler table), or a call made at import."""
+    tree = ast.parse(source)
+    offenders = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            port = (name, node.name) in KERNEL_PORTS
+            if node.name.startswith(("install_", "register_")) and not port:
+                offenders.append(f"{name}: def {node.name}")
+            if not port:
+                offenders.extend(f"{name}: global in {node.name}" for n in ast.walk(node) if isinstance(n, ast.Global))
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            offenders.append(f"{name}:{node.lineno}: a call at import ({ast.unparse(node)[:60]})")
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if value is None:
+            continue
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in MUTABLE_CALLS:
+            offenders.append(f"{name}:{node.lineno}: a mutable table ({ast.unparse(node)[:60]})")
+        elif isinstance(value, ast.Dict | ast.List | ast.Set):
+            items = [*value.values] if isinstance(value, ast.Dict) else [*value.elts]
+            if not items or any(isinstance(i, ast.Name | ast.Attribute | ast.Lambda) for i in items):
+                offenders.append(f"{name}:{node.lineno}: a handler table ({ast.unparse(node)[:60]})")
+    return offenders
+
+
+def test_the_kernel_keeps_no_registries() -> None:
+    offenders = []
+    for path in sorted(KERNEL.glob("*.py")):
+        if path.stem != "__init__":
+            offenders.extend(registries(path.name, path.read_text()))
+    assert not offenders, "a kernel layer calls higher ones by importing them, never through a registry:\n" + "\n".join(offenders)
+
+
+def test_it_would_catch_a_registry_in_the_kernel() -> None:
+    assert registries("txn.py", "def install_run_step(name, step):\n    _steps[name] = step\n") == [
+        "txn.py: def install_run_step"
+    ]
+    assert registries("txn.py", "_steps = {}\n") == ["txn.py:1: a handler table (_steps = {})"]
+    assert registries("txn.py", "_starter: list = []\n") == ["txn.py:1: a handler table (_starter: list = [])"]
+    assert registries("txn.py", "HANDLERS = {'settle': settle_parent}\n") == [
+        "txn.py:1: a handler table (HANDLERS = {'settle': settle_parent})"
+    ]
+    assert registries("txn.py", "_steps = dict()\n") == ["txn.py:1: a mutable table (_steps = dict())"]
+    assert registries("settling.py", "install_run_step('settle_run', settle_run)\n") == [
+        "settling.py:1: a call at import (install_run_step('settle_run', settle_run))"
+    ]
+    assert registries("txn.py", "def put(s):\n    global _s\n    _s = s\n") == ["txn.py: global in put"]
+    assert registries("commit.py", "def install_sender(s):\n    global _sender\n    _sender = s\n") == []
+    assert registries("compile.py", "KINDS = ('tool', 'round')\nTOOLS = {'oz.delegate': 'delegate'}\n") == []
+
+
+# Where a task's status attribute may be assigned: the module of the moves. Elsewhere in the
+# kernel a `status` is assigned only where it is no move: the set-based insert brings the rows it
+# wrote in line (waiting), the pure graph rules replay a trace over plain TraceTask records, and
+# an error carries its HTTP status.
+STATUS_ASSIGNED_IN = "txn.py"
+STATUS_NOT_A_MOVE = frozenset({"bulk.py", "graph.py", "errors.py"})
+
+
+def status_assignments(source: str) -> list[int]:
+    """Lines that assign an attribute named `status` (also in a tuple, or by setattr)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value == "status"
+        ):
+            lines.append(node.lineno)
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Attribute) and part.attr == "status" and isinstance(part.ctx, ast.Store):
+                    lines.append(node.lineno)
+    return lines
+
+
+def completions_outside_the_path(source: str) -> list[int]:
+    """Lines that complete a task other than through `Txn.complete`: a move to completed, or the
+    set-based statement called directly."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if called == "complete_held":
+            lines.append(node.lineno)
+        elif called in ("move", "move_many", "_move") and len(node.args) >= 2:
+            to = node.args[1]
+            if (isinstance(to, ast.Attribute) and to.attr == "COMPLETED") or (
+                isinstance(to, ast.Constant) and to.value == "completed"
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_a_task_completes_by_one_path() -> None:
+    offenders = []
+    for path in sorted(KERNEL.glob("*.py")):
+        source = path.read_text()
+        if path.name not in (STATUS_ASSIGNED_IN, *STATUS_NOT_A_MOVE):
+            offenders.extend(f"{path.name}:{line}: assigns .status" for line in status_assignments(source))
+        if path.name not in (STATUS_ASSIGNED_IN, "bulk.py"):
+            offenders.extend(
+                f"{path.name}:{line}: completes outside Txn.complete" for line in completions_outside_the_path(source)
+            )
+    assert not offenders, "a task's status changes only in runs/kernel/txn.py, and completes through Txn.complete:\n" + "\n".join(
+        offenders
+    )
+
+
+def test_it_would_catch_a_second_completion_path() -> None:
+    assert status_assignments("task.status, task.claim = 'completed', None\n") == [1]
+    assert status_assignments("task.status = TaskStatus.RUNNING\n") == [1]
+    assert status_assignments("setattr(task, 'status', 'completed')\n") == [1]
+    assert status_assignments("task.result = {}\nstatus = 'x'\n") == []
+    assert completions_outside_the_path("txn.move(task, TaskStatus.COMPLETED, result=r)\n") == [1]
+    assert completions_outside_the_path("by_id = complete_held(run, claim, values, now)\n") == [1]
+    assert completions_outside_the_path("txn.move(task, TaskStatus.FAILED)\ntxn.complete([(task, 1)])\n") == []

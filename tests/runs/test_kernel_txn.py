@@ -8,8 +8,9 @@ import pytest
 
 from insights.models import RepairDaily
 from runs import kernel
-from runs.kernel import txn as kernel_txn
-from runs.models import Run
+from runs.kernel import commit as kernel_commit
+from runs.kernel.txn import Txn
+from runs.models import Run, Task
 from tests.conftest import Team
 from tests.runs.driver import drive, fail
 
@@ -36,12 +37,22 @@ def test_it_inserts_the_trace_before_it_saves_the_run(team: Team) -> None:
 
 
 def test_the_order_matters_to_the_repairs_trigger(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
-    def run_first(self: kernel_txn.Txn) -> None:
-        if self.run_fields:
-            self.run.save(update_fields=[*sorted(self.run_fields), "updated_at"])
-        kernel_txn.insert_trace(self.run.pk, self.events)
+    def run_first(txn: Txn) -> None:
+        if txn.run_fields:
+            txn.run.save(update_fields=[*sorted(txn.run_fields), "updated_at"])
+        kernel_commit.insert_trace(txn.run.pk, txn.events)
 
     run = held_run(team)
-    monkeypatch.setattr(kernel_txn.Txn, "write_trace_then_run", run_first)
+    monkeypatch.setattr(kernel_commit, "write_trace_then_run", run_first)
     kernel.retry(run_id=run.pk, key="a", user=team.users["operator"])
     assert held_repairs() == [0], "saved first, the run row hides the hold from the trigger"
+
+
+def test_a_move_to_completed_is_refused() -> None:
+    """A task completes through Txn.complete only, which chooses its statement (per row, or one
+    for a chunk) and records either alike."""
+    txn = Txn(run=Run(), actor="test")
+    with pytest.raises(ValueError, match="one completion path"):
+        txn.move(Task(key="a", status="running"), "completed")
+    with pytest.raises(ValueError, match="one completion path"):
+        txn.move_many([Task(key="a", status="running")], "completed")

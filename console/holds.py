@@ -22,8 +22,8 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from agents.models import AgentVersion
 from console.views import HtmxHttpRequest, live_fragment, not_found_as_404, workspace_context
+from oz0agents.models import AgentVersion
 from runs import failures, selectors
 from runs.kernel import InvalidRequest, repair_candidates_of
 from runs.models import TASK_FAILED, Run, RunStatus, Task, Workspace

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.access import visible_versions
-from agents.registry import declared_kinds, failures_by_agent
+from oz0agents.access import visible_versions
+from oz0agents.registry import declared_kinds, failures_by_agent
 from runs.failures import PLATFORM_KINDS
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from agents.models import Agent
 from insights.models import FailureDaily, RunDaily
+from oz0agents.models import Agent
 from runs.models import Run, RunStatus, Workspace
 
 WINDOW_DAYS = 30

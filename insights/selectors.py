@@ -13,7 +13,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from agents.models import Agent, AgentVersion
+from oz0agents.models import Agent, AgentVersion
 from runs import failures
 from runs.kernel import NotFound
 from runs.models import Membership

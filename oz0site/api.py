@@ -13,11 +13,11 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
-from agents.api import router as agents_router
 from inbox.api import router as inbox_router
 from insights.api import router as insights_router
 from insights.catalog import openapi_failures
 from notify.api import router as notify_router
+from oz0agents.api import router as agents_router
 from oz0site.auth import person_auth, token_user
 from runs.api import router as runs_router
 from runs.audit_api import router as audit_router

@@ -39,7 +39,7 @@ INSTALLED_APPS = [
     "ninja",
     "django_htmx",
     "runs",
-    "agents",
+    "oz0agents",  # label `agents`: its tables and migrations keep their names
     "inbox",
     "insights",
     "console",
@@ -258,7 +258,7 @@ OZ0_IDEMPOTENCY_SECONDS = env.float("OZ0_IDEMPOTENCY_SECONDS", default=24 * 3600
 OZ0_HARNESS_PROGRAMS = env.str("OZ0_HARNESS_PROGRAMS", default="")
 # Module prefixes a `pydantic_ai`/`openai_agents` target must lie under (comma-separated).
 OZ0_HARNESS_MODULES = [m.strip() for m in env.str("OZ0_HARNESS_MODULES", default="").split(",") if m.strip()]
-# The shipped examples' programs and modules (agents/examples/); off for a production install.
+# The shipped examples' programs and modules (oz0agents/examples/); off for a production install.
 OZ0_HARNESS_EXAMPLES = env.bool("OZ0_HARNESS_EXAMPLES", default=True)
 # Where those modules are found besides the installed packages (os.pathsep-separated folders).
 OZ0_AGENT_PATH = [p for p in env.str("OZ0_AGENT_PATH", default="").split(os.pathsep) if p]

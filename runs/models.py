@@ -1,4 +1,4 @@
-"""The run store: workspaces, runs, tasks and the append-only trace (agents live in `agents.models`).
+"""The run store: workspaces, runs, tasks and the append-only trace (agents live in `oz0agents.models`).
 
 Only `runs.kernel` writes `status` fields; everything else reads through
 selectors. Indexes below are chosen for the kernel's hot queries (ready and

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.models import AgentVersion
+from oz0agents.models import AgentVersion
 from runs.kernel.approvals import problem_field, rule_problems
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.graph import find_cycle

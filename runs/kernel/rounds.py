@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.models import AgentVersion
+from oz0agents.models import AgentVersion
 from runs import failures
 from runs.kernel.commit import locked
 from runs.kernel.compile import DELEGATE_TOOLS, TaskSpec, check_storable, delegate_call_spec

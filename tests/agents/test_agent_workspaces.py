@@ -7,7 +7,7 @@ import uuid
 import pytest
 from django.test import Client
 
-from agents.models import Agent, AgentVersion
+from oz0agents.models import Agent, AgentVersion
 from runs.models import Membership, Run
 from tests.conftest import Api, Team
 from tests.factories import make_token

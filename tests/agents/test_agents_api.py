@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from agents.models import AgentVersion
+from oz0agents.models import AgentVersion
 from runs.models import Run
 from tests.conftest import Team
 

@@ -11,7 +11,7 @@ from django.apps import apps
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from agents.models import Agent, AgentVersion
+from oz0agents.models import Agent, AgentVersion
 from runs.models import Run, Workspace
 
 MAIN_LEAVES = [("runs", "0006_effects_belong_to_a_workspace"), ("agents", None)]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from agents.lint import lint
-from agents.registry import register
+from oz0agents.lint import lint
+from oz0agents.registry import register
 from runs import kernel
 from runs.models import TraceEvent
 from tests.conftest import Team

@@ -24,7 +24,7 @@ AGENTS_MAY_IMPORT_FROM_RUNS = {
     "runs.worker.harness.bridges": "lint asks a confined bridge whether an import target loads (never this process)",
 }
 # The layers of agents/ nothing in runs/ may import.
-RUNS_MAY_NOT_IMPORT = ("agents.api", "agents.access", "agents.management")
+RUNS_MAY_NOT_IMPORT = ("oz0agents.api", "oz0agents.access", "oz0agents.management")
 
 
 def _modules(folder: str) -> list[Path]:
@@ -38,7 +38,7 @@ def _imports(path: Path) -> list[tuple[int, str, bool]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] if node.module != "agents" else [f"agents.{a.name}" for a in node.names]
+            names = [node.module] if node.module != "oz0agents" else [f"oz0agents.{a.name}" for a in node.names]
             found.extend((node.lineno, name, id(node) in top) for name in names)
         elif isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name, id(node) in top) for alias in node.names)
@@ -52,7 +52,7 @@ def _in(module: str, package: str) -> bool:
 def test_agents_imports_from_runs_only_what_it_names() -> None:
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
-        for path in _modules("agents")
+        for path in _modules("oz0agents")
         for line, module, _ in _imports(path)
         if _in(module, "runs") and module not in AGENTS_MAY_IMPORT_FROM_RUNS
     ]
@@ -73,7 +73,7 @@ def test_agents_imports_at_module_level_only() -> None:
     """A function-level import hides a cycle; the app has none to hide."""
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
-        for path in _modules("agents")
+        for path in _modules("oz0agents")
         for line, module, top in _imports(path)
         if not top and module != "__future__"
     ]
@@ -83,8 +83,8 @@ def test_agents_imports_at_module_level_only() -> None:
 def test_nothing_is_left_of_the_agent_modules_in_runs() -> None:
     for old in ("runs/manifests.py", "runs/agents.py", "runs/agents_api.py", "runs/management/commands/plugin_lint.py"):
         assert not (ROOT / old).exists(), f"{old} moved to agents/"
-    assert not list((ROOT / "agents").glob("*.yaml")), "the example manifests live in agents/examples/"
-    assert len(list((ROOT / "agents" / "examples").glob("*.yaml"))) >= 2
+    assert not list((ROOT / "oz0agents").glob("*.yaml")), "the example manifests live in oz0agents/examples/"
+    assert len(list((ROOT / "oz0agents" / "examples").glob("*.yaml"))) >= 2
 
 
 def test_the_checks_would_catch_an_import_past_the_boundary(tmp_path: Path) -> None:
@@ -93,3 +93,14 @@ def test_the_checks_would_catch_an_import_past_the_boundary(tmp_path: Path) -> N
     found = _imports(module)
     assert (1, "runs.views", True) in found and (4, "runs.models", False) in found
     assert "runs.views" not in AGENTS_MAY_IMPORT_FROM_RUNS
+
+
+def test_no_app_of_oz0_shadows_a_top_level_package_of_its_dependencies() -> None:
+    """The agents app was a package named `agents`, the OpenAI Agents SDK's own top-level name:
+    importing the SDK from oz0's tree found oz0's app, and its bridge had to rewrite sys.path."""
+    from importlib.metadata import packages_distributions
+
+    installed = set(packages_distributions())
+    ours = {path.parent.name for path in ROOT.glob("*/__init__.py") if not path.parent.name.startswith(".")}
+    assert "agents" in installed  # the SDK is installed, so the check below means something
+    assert not ours & installed, ours & installed

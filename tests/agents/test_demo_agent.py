@@ -17,7 +17,7 @@ pytestmark = pytest.mark.live
 
 @pytest.mark.spec("F2", "S5", "S7")
 def test_it_runs_the_demo_agent_through_three_tool_calls(provider_team: Team, fakes: dict[str, f.FakeServer]) -> None:
-    manifest = Path(ROOT / "agents" / "examples" / "assistant.yaml").read_text()
+    manifest = Path(ROOT / "oz0agents" / "examples" / "assistant.yaml").read_text()
     status, body = provider_team.api().post("/agents", {"manifest": manifest})
     assert status == 201 and body["name"] == "assistant", body
     version = body["version"]

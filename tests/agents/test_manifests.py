@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from agents.lint import InvalidManifest, lint
-from agents.models import AgentVersion
-from agents.parsing import NODES_MAX, Problem
-from agents.registry import register
+from oz0agents.lint import InvalidManifest, lint
+from oz0agents.models import AgentVersion
+from oz0agents.parsing import NODES_MAX, Problem
+from oz0agents.registry import register
 
 BASE = """\
 name: {name}
@@ -177,7 +177,7 @@ def test_it_keeps_the_example_agents_lint_clean() -> None:
     from tests.conftest import ROOT
 
     found: dict[str, Any] = {}
-    for path in sorted((ROOT / "agents" / "examples").glob("*.yaml")):
+    for path in sorted((ROOT / "oz0agents" / "examples").glob("*.yaml")):
         linted = lint(path.read_text())
         found[path.name] = (linted.errors, linted.warnings)
     assert len(found) >= 2

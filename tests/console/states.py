@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models import Agent, AgentVersion
+from oz0agents.models import Agent, AgentVersion
 from runs import kernel
 from runs.models import Run, Task, Workspace
 

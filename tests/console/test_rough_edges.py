@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agents.models import Agent, AgentVersion
 from inbox import views as inbox_views
+from oz0agents.models import Agent, AgentVersion
 from runs import kernel
 from runs.models import Run, Task
 from tests.conftest import Team

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agents.models import Agent, AgentVersion
+from oz0agents.models import Agent, AgentVersion
 from runs import kernel
 from runs.models import Finding, Run, Task
 from tests.conftest import Team

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agents.registry import register
+from oz0agents.registry import register
 from runs import kernel
 from runs.models import Run, Task, TraceEvent, Workspace
 from tests.factories import unique

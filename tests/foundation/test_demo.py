@@ -78,7 +78,7 @@ def test_it_loads_the_demo_without_the_test_tools(settings: Any, no_dispatch: li
 
 @pytest.mark.django_db
 def test_it_registers_the_agents_as_the_demo_workspaces(no_dispatch: list[int]) -> None:
-    from agents.models import Agent
+    from oz0agents.models import Agent
 
     call_command("demo", stdout=StringIO())
     assert set(Agent.objects.filter(name__in=["triage", "assistant", "reviewer"]).values_list("workspace__slug", flat=True)) == {

@@ -23,7 +23,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from agents.registry import register
+from oz0agents.registry import register
 from runs import kernel
 from runs.models import Run, Task
 from runs.worker.execution import execute_task

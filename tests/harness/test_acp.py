@@ -131,7 +131,7 @@ def test_a_crashed_agent_and_a_missing_one_fail_typed(harness_team: Team) -> Non
 def test_the_example_acp_agent_runs_offline(harness_team: Team) -> None:
     from tests.conftest import ROOT
 
-    manifest = (ROOT / "agents" / "examples" / "acp-triage.yaml").read_text()
+    manifest = (ROOT / "oz0agents" / "examples" / "acp-triage.yaml").read_text()
     run, thread = start_run(harness_team, manifest, {"issue": 7})
     failed, other = start_run(harness_team, manifest, {"issue": 404})
     wait_for(lambda: Task.objects.filter(run=run, key="r1.1", ready=True).exists(), timeout=SLOW, message="clock")
@@ -145,7 +145,7 @@ def test_the_example_acp_agent_runs_offline(harness_team: Team) -> None:
 
 @pytest.mark.spec("F7", "F14")
 def test_each_tool_has_its_own_schema_and_an_acp_agent_delegates_with_plain_arguments(harness_team: Team) -> None:
-    from agents.registry import register
+    from oz0agents.registry import register
     from tests.harness.conftest import RoundThread, jsonl_manifest
 
     register(jsonl_manifest("acp-helper", [{"done": {"answer": 42}}]), workspace=harness_team.workspace)
@@ -204,7 +204,7 @@ def test_a_denied_permission_selects_reject_with_the_approvers_words(harness_tea
 
 @pytest.mark.spec("F7", "S5")
 def test_a_permission_the_rules_allow_is_granted_without_a_person(harness_team: Team) -> None:
-    from agents.registry import register
+    from oz0agents.registry import register
 
     manifest = json.loads(_manifest("acp-permission-rules", [{"permission": PERMISSION}, {"say": "$last"}]))
     manifest["approval"] = {

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.registry import register
+from oz0agents.registry import register
 from runs.models import Run, Task
 from tests.conftest import Team, wait_for
 from tests.harness.conftest import RoundThread, jsonl_manifest, record_path, records, start_run

@@ -241,7 +241,7 @@ def test_a_tool_the_agent_does_not_list_is_refused_to_the_agent(harness_team: Te
 def test_the_example_harness_reads_the_clock_through_oz0_and_fails_with_its_declared_kind(harness_team: Team) -> None:
     from tests.conftest import ROOT
 
-    manifest = (ROOT / "agents" / "examples" / "jsonl-triage.yaml").read_text()
+    manifest = (ROOT / "oz0agents" / "examples" / "jsonl-triage.yaml").read_text()
     run, thread = start_run(harness_team, manifest, {"issue": 7})
     wait_for(lambda: Task.objects.filter(run=run, key="r1.1", status="waiting", ready=True).exists(), timeout=15, message="clock")
     drive(run)  # the rules allowed clock.now: it crossed the approval stage without resting

@@ -28,7 +28,7 @@ def _start(team: Team, agent: str, run_input: Any) -> str:
 
 @pytest.mark.spec("F7", "F6", "S5", "S7")
 def test_the_example_jsonl_agent_runs_on_the_worker_and_ends_with_its_declared_kind(live_team: Team) -> None:
-    manifest = (ROOT / "agents" / "examples" / "jsonl-triage.yaml").read_text()
+    manifest = (ROOT / "oz0agents" / "examples" / "jsonl-triage.yaml").read_text()
     status, body = live_team.api().post("/agents", {"manifest": manifest})
     assert status == 201 and body["name"] == "jsonl-triage", body
     answered = _start(live_team, "jsonl-triage", {"issue": 7})
@@ -89,7 +89,7 @@ def test_an_approval_and_a_cancel_reach_a_harness_on_the_worker(live_team: Team)
 
 @pytest.mark.spec("F7", "F6")
 def test_the_example_pydantic_ai_agent_runs_on_the_worker(live_team: Team) -> None:
-    manifest = (ROOT / "agents" / "examples" / "pydantic-triage.yaml").read_text()
+    manifest = (ROOT / "oz0agents" / "examples" / "pydantic-triage.yaml").read_text()
     status, body = live_team.api().post("/agents", {"manifest": manifest})
     assert status == 201, body
     answered = _start(live_team, "pydantic-triage", {"issue": 7})
@@ -103,7 +103,7 @@ def test_the_example_pydantic_ai_agent_runs_on_the_worker(live_team: Team) -> No
 
 @pytest.mark.spec("F7", "F6")
 def test_the_example_openai_agents_sdk_agent_runs_on_the_worker(live_team: Team) -> None:
-    manifest = (ROOT / "agents" / "examples" / "openai-triage.yaml").read_text()
+    manifest = (ROOT / "oz0agents" / "examples" / "openai-triage.yaml").read_text()
     status, body = live_team.api().post("/agents", {"manifest": manifest})
     assert status == 201, body
     answered = _start(live_team, "openai-triage", {"issue": 7})
@@ -117,7 +117,7 @@ def test_the_example_openai_agents_sdk_agent_runs_on_the_worker(live_team: Team)
 
 @pytest.mark.spec("F7", "F6")
 def test_the_example_acp_agent_runs_on_the_worker(live_team: Team) -> None:
-    manifest = (ROOT / "agents" / "examples" / "acp-triage.yaml").read_text()
+    manifest = (ROOT / "oz0agents" / "examples" / "acp-triage.yaml").read_text()
     status, body = live_team.api().post("/agents", {"manifest": manifest})
     assert status == 201, body
     answered = _start(live_team, "acp-triage", {"issue": 7})

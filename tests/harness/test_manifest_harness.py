@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agents.lint import lint
+from oz0agents.lint import lint
 from tests.conftest import Team
 
 PROGRAM_PROBLEMS = "OZ0_HARNESS_PROGRAMS"

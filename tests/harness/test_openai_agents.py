@@ -162,7 +162,7 @@ def test_a_rejected_tool_hands_the_model_the_approvers_words_and_never_runs(harn
 
 @pytest.mark.spec("F7", "F6")
 def test_the_example_openai_agents_sdk_agent_runs_offline(harness_team: Team) -> None:
-    manifest = (ROOT / "agents" / "examples" / "openai-triage.yaml").read_text()
+    manifest = (ROOT / "oz0agents" / "examples" / "openai-triage.yaml").read_text()
     run, thread = start_run(harness_team, manifest, {"issue": 7})
     failed, other = start_run(harness_team, manifest, {"issue": 404})
     wait_for(lambda: Task.objects.filter(run=run, key="r1.1", ready=True).exists(), timeout=SLOW, message="clock")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agents.registry import register
+from oz0agents.registry import register
 from runs import kernel
 from runs.kernel import call_digest
 from runs.models import Run, Task
@@ -276,7 +276,7 @@ def test_a_denied_approval_hands_the_agent_the_approvers_words_and_the_tool_neve
 
 @pytest.mark.spec("F7", "F6")
 def test_the_example_pydantic_ai_agent_runs_offline(harness_team: Team) -> None:
-    manifest = (ROOT / "agents" / "examples" / "pydantic-triage.yaml").read_text()
+    manifest = (ROOT / "oz0agents" / "examples" / "pydantic-triage.yaml").read_text()
     run, thread = start_run(harness_team, manifest, {"issue": 7})
     wait_for(lambda: Task.objects.filter(run=run, key="r1.1", ready=True).exists(), timeout=SLOW, message="clock")
     drive(run)

@@ -125,7 +125,7 @@ def test_a_machine_that_cannot_confine_a_harness_fails_it_unavailable(harness_te
 def test_a_version_registered_with_a_command_before_programs_runs_nothing(harness_team: Team) -> None:
     """A version stored while manifests could name a command: its round fails typed, and the
     command never runs."""
-    from agents.models import Agent, AgentVersion
+    from oz0agents.models import Agent, AgentVersion
     from runs import kernel
     from tests.harness.conftest import RoundThread
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from agents.registry import register
+from oz0agents.registry import register
 from runs import kernel
 from runs.models import Run, Task
 from tests.conftest import Team

@@ -16,8 +16,8 @@ from typing import Any
 
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from agents.lint import lint
-from agents.models import Agent, AgentVersion
+from oz0agents.lint import lint
+from oz0agents.models import Agent, AgentVersion
 from runs.models import Run, Task
 from tests.runs.driver import drive
 

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from agents.models import AgentVersion
 from insights import overview
+from oz0agents.models import AgentVersion
 from runs.models import Run
 from tests.conftest import Team
 from tests.insights.conftest import answering_round, oz_fail_round, run_agent

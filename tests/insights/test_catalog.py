@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from openapi_spec_validator import validate
 
-from agents.models import AgentVersion
+from oz0agents.models import AgentVersion
 from runs import failures
 from tests.insights.planting import make_agent
 

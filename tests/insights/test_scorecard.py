@@ -12,9 +12,9 @@ import time_machine
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
-from agents.models import AgentVersion
 from insights.models import FailureDaily, FailureTotal, RepairDaily, RepairTotal, RunDaily, RunTotal
 from insights.selectors import scorecard
+from oz0agents.models import AgentVersion
 from runs.models import Finding
 from tests.factories import make_workspace
 from tests.insights.conftest import answering_round, oz_fail_round, run_agent

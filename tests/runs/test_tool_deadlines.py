@@ -84,7 +84,7 @@ def test_it_stops_a_cooperative_tool_at_its_deadline(team: Team) -> None:
 
 
 def test_it_takes_a_model_composed_calls_deadline_from_the_manifest(team: Team) -> None:
-    from agents.registry import register
+    from oz0agents.registry import register
     from runs.worker.execution import execute_claimed
 
     name = f"waiter-{uuid.uuid4().hex[:8]}"

@@ -13,7 +13,7 @@ tool `shell.echo`), never the `test.*` tools, so a real install can load the dem
 - held: a round whose model route answers 401, with on_failure `halt`
 - canceled with a typed failure: a round calling oz.fail with a kind it never declared
 
-When `agents/examples/` holds manifests, they are registered as the demo workspace's agents and each
+When `oz0agents/examples/` holds manifests, they are registered as the demo workspace's agents and each
 that runs offline gets one run.
 
 History: two demo agents (`history-invoices`, `history-router`) with four weeks of runs, each
@@ -46,15 +46,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
-from agents.lint import InvalidManifest
-from agents.registry import register
+from oz0agents.lint import InvalidManifest
+from oz0agents.registry import register
 from runs import kernel
 from runs.models import Membership, Role, Run, RunStatus, Task, Workspace
 from runs.worker.execution import execute_claimed
 
 WORKSPACE = "demo"
 ROLES = (Role.OPERATOR, Role.READER, Role.VIEWER)
-AGENTS_DIR = Path(settings.BASE_DIR) / "agents" / "examples"
+AGENTS_DIR = Path(settings.BASE_DIR) / "oz0agents" / "examples"
 
 DEMO_RUNS: list[tuple[str, dict[str, Any]]] = [
     (
@@ -288,7 +288,7 @@ def ensure_users(workspace: Workspace) -> dict[str, User]:
 
 
 def load_agents(workspace: Workspace) -> dict[str, bool]:
-    """Register agents/examples/*.yaml as the workspace's agents through agents.registry (a new version
+    """Register oz0agents/examples/*.yaml as the workspace's agents through oz0agents.registry (a new version
     only when one changed).
 
     The harnessed examples are left out when the install turns their code off (OZ0_HARNESS_EXAMPLES=0).
@@ -342,7 +342,7 @@ class Command(BaseCommand):
                 else "history already loaded"
             )
             if not AGENTS_DIR.is_dir():
-                self.stdout.write("no agents/examples/ folder: no example agents loaded")
+                self.stdout.write("no oz0agents/examples/ folder: no example agents loaded")
             elif agents:
                 self.stdout.write(
                     "agents: "

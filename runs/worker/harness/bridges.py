@@ -3,7 +3,7 @@ is loaded and run in a child process of its own, a bridge speaking the JSON-line
 the worker, confined like every harness process (runs/worker/harness/sandbox.py). Never in the
 worker, nor in the web process: importing a module runs its code.
 
-`check_target` is lint's question (`agents.harness_lint`): does the target import, in such a
+`check_target` is lint's question (`oz0agents.harness_lint`): does the target import, in such a
 child, and name an agent of its framework? It is answered by the bridge itself (`--check`), so
 what lint accepts is what the worker can load.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.harness_programs import agent_path, module_allowed, module_prefixes
+from oz0agents.harness_programs import agent_path, module_allowed, module_prefixes
 from runs.worker.harness.base import HarnessSession, HarnessUnavailable
 from runs.worker.harness.jsonl import UNAVAILABLE_EXIT, converse
 from runs.worker.harness.sandbox import SandboxUnavailable, confine

@@ -1,7 +1,7 @@
 """The JSON-lines harness, protocol version 1 (docs/harness-jsonl.md): a process that reads one JSON
 object per line on stdin and writes one per line on stdout (logs on stderr only, lines at most 1 MiB).
 
-The process is a program the installer lists (`agents.harness_programs`), named by the manifest's
+The process is a program the installer lists (`oz0agents.harness_programs`), named by the manifest's
 `program:`, and runs confined (`sandbox.confine`). oz0 sends `start`, then a `result` for each
 `call`, and `cancel` when the run stops; the harness sends `call`s (registry tools, the built-ins
 `oz.fail`, `oz.ask` and `oz.approval`, the delegating built-ins it lists) and ends with `done`. A run
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from agents.harness_programs import ProgramsFileError, program
+from oz0agents.harness_programs import ProgramsFileError, program
 from runs.worker.harness.base import (
     HarnessCanceled,
     HarnessCrashed,

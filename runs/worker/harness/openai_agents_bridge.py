@@ -116,7 +116,7 @@ def as_tool_output(result: dict[str, Any]) -> str:
 
 
 def oz0_tools(start: dict[str, Any]) -> list[Any]:
-    from agents import FunctionTool, function_tool  # type: ignore[attr-defined]  # the SDK, in this process
+    from agents import FunctionTool, function_tool  # the SDK, in this process
 
     def registry_tool(schema: dict[str, Any]) -> Any:
         async def invoke(context: Any, arguments: str) -> str:
@@ -150,7 +150,7 @@ def oz0_tools(start: dict[str, Any]) -> list[Any]:
 def load(target: str) -> Any:
     module_name, _, attribute = target.partition(":")
     try:
-        from agents import Agent  # type: ignore[attr-defined]
+        from agents import Agent
 
         value: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
@@ -183,7 +183,7 @@ def arguments_of(item: Any) -> dict[str, Any]:
 
 async def drive(agent: Any, start: dict[str, Any]) -> Any:
     """The streamed run to its end; a run paused for approvals asks oz0 and resumes from its state."""
-    from agents import Runner  # type: ignore[attr-defined]
+    from agents import Runner
 
     current = agent.clone(tools=[*agent.tools, *oz0_tools(start)])
     loop = asyncio.get_running_loop()
@@ -210,7 +210,7 @@ async def drive(agent: Any, start: dict[str, Any]) -> Any:
 
 def check(target: str) -> None:
     """Lint's question: load the target (exit 69 when it cannot be), then name the module's agents."""
-    from agents import Agent  # type: ignore[attr-defined]
+    from agents import Agent
 
     load(target)
     module = sys.modules[target.partition(":")[0]]

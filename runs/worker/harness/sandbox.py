@@ -87,7 +87,7 @@ def interpreter_folders() -> list[Path]:
 
 def program_argv(argv: Sequence[str]) -> list[str]:
     """A program's argv as it runs: `python` first is the worker's interpreter, and an argument
-    naming a file or folder of the install (`agents/examples/jsonl_agent.py`) its absolute path,
+    naming a file or folder of the install (`oz0agents/examples/jsonl_agent.py`) its absolute path,
     since the program starts in a folder of its own."""
     resolved = []
     for index, part in enumerate(argv):

@@ -11,9 +11,8 @@ import tempfile
 import time
 from typing import Any
 
+from agents import Agent, Model, Usage, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # type: ignore[import-not-found]
-
-from agents import Agent, Model, Usage, function_tool  # type: ignore[attr-defined]
 
 
 def _fails_with(kind: str, message: str) -> Any:

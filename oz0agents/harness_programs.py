@@ -2,14 +2,14 @@
 names it; nothing here imports or runs anything (lint reads it in the web process).
 
 - Programs (the `jsonl` and `acp` harnesses): the YAML file `OZ0_HARNESS_PROGRAMS` maps a name to
-  its argv, `triage: [python, agents/examples/jsonl_agent.py]`, or to `{argv: [...], env: {NAME:
+  its argv, `triage: [python, oz0agents/examples/jsonl_agent.py]`, or to `{argv: [...], env: {NAME:
   value}}` (the environment the installer gives that program: the place for its credentials). The
   shipped examples' programs are allowed besides while `OZ0_HARNESS_EXAMPLES` is on.
 - Import targets (the `pydantic_ai` and `openai_agents` harnesses): `package.module:attribute`,
   whose module must lie under a prefix of `OZ0_HARNESS_MODULES` (`acme.agents` allows
   `acme.agents` and `acme.agents.triage`, not `acme.agentsmith`), or be one of the examples' modules
   while `OZ0_HARNESS_EXAMPLES` is on. They are found among the installed packages and the folders of
-  `OZ0_AGENT_PATH` (and agents/examples/ with the examples).
+  `OZ0_AGENT_PATH` (and oz0agents/examples/ with the examples).
 
 The worker reads the same lists when it starts a harness, so a program the installer changes or
 removes takes effect at the agent's next round, and a version registered under an older list is
@@ -32,12 +32,12 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ARGV_MAX = 64
 ARGUMENT_MAX = 4096
 PROGRAMS_FILE_MAX = 1024 * 1024
-EXAMPLES_DIR = Path(settings.BASE_DIR) / "agents" / "examples"
-# The examples' programs (agents/examples/*.yaml name them) and the modules their import targets
-# name (found in agents/examples/, which the harness then puts on its path).
+EXAMPLES_DIR = Path(settings.BASE_DIR) / "oz0agents" / "examples"
+# The examples' programs (oz0agents/examples/*.yaml name them) and the modules their import targets
+# name (found in oz0agents/examples/, which the harness then puts on its path).
 EXAMPLE_PROGRAMS: dict[str, tuple[str, ...]] = {
-    "jsonl-example": ("python", "agents/examples/jsonl_agent.py"),
-    "acp-example": ("python", "agents/examples/acp_agent.py"),
+    "jsonl-example": ("python", "oz0agents/examples/jsonl_agent.py"),
+    "acp-example": ("python", "oz0agents/examples/acp_agent.py"),
 }
 EXAMPLE_MODULES = ("pydantic_triage", "openai_triage")
 # Variables a manifest's `env:` may not set: the sandbox's own, and those that make a program's

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.lint import lint
+from oz0agents.lint import lint
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 

@@ -2,7 +2,7 @@
 reads of what is registered (each agent's newest version, the failure kinds a version declares).
 
 Runs record the version they ran; the kernel and the worker read `AgentVersion.manifest`, the
-normalized document `agents.lint` produced.
+normalized document `oz0agents.lint` produced.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from agents.lint import FAILURE_FLAGS, InvalidManifest, lint
-from agents.models import Agent, AgentVersion
-from agents.parsing import Problem
+from oz0agents.lint import FAILURE_FLAGS, InvalidManifest, lint
+from oz0agents.models import Agent, AgentVersion
+from oz0agents.parsing import Problem
 from runs.models import Workspace
 
 

@@ -1,5 +1,5 @@
 """An OpenAI Agents SDK agent that oz0 runs through its openai_agents harness
-(agents/examples/openai-triage.yaml). It is loaded by the harness's bridge process, where `agents`
+(oz0agents/examples/openai-triage.yaml). It is loaded by the harness's bridge process, where `agents`
 is the SDK (in oz0's own processes `agents` is oz0's Django app), as `openai_triage:agent`.
 
 Its model is the SDK's offline `ScriptedModel`, answering from what the call holds: it reads the
@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agents import Agent  # the SDK, in the bridge's interpreter
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # type: ignore[import-not-found]
-
-from agents import Agent  # type: ignore[attr-defined]  # the SDK, in the bridge's interpreter
 
 
 def _step(call: Any) -> ModelStep:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models import Agent, AgentVersion
-from agents.registry import latest_versions
+from oz0agents.models import Agent, AgentVersion
+from oz0agents.registry import latest_versions
 from runs.kernel import Forbidden, InvalidRequest, NotFound
 from runs.models import Membership, Role, Workspace
 from runs.permissions import has_write_standing, role_of

@@ -1,4 +1,4 @@
-"""An agent speaking Zed's Agent Client Protocol, run by oz0's acp harness (agents/examples/acp-triage.yaml).
+"""An agent speaking Zed's Agent Client Protocol, run by oz0's acp harness (oz0agents/examples/acp-triage.yaml).
 
 oz0 is its ACP client: it opens a session whose MCP servers include one named `oz0`, whose tools are
 oz0's (`fail`, `ask`, and the registry tools the manifest lists, `clock.now` as `clock__now`). This

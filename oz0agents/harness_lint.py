@@ -6,7 +6,7 @@
     harness: {acp: {program: NAME, env: {...}}}    # an ACP agent process, oz.fail on its oz0 MCP server
     harness: {jsonl: {program: NAME, env: {...}}}  # a process speaking oz0's JSON-lines protocol v1
 
-The installer, never a workspace, decides what code runs (`agents.harness_programs`): a program is
+The installer, never a workspace, decides what code runs (`oz0agents.harness_programs`): a program is
 one the installer lists in OZ0_HARNESS_PROGRAMS (a manifest's own `command:` is refused), and an
 import target's module lies under OZ0_HARNESS_MODULES and imports, which a confined child process
 checks (never this process: importing runs the module's code).
@@ -21,8 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agents.harness_programs import ProgramsFileError, programs, reserved_env
-from agents.parsing import Lines, Problem
+from oz0agents.harness_programs import ProgramsFileError, programs, reserved_env
+from oz0agents.parsing import Lines, Problem
 from runs.worker.harness.bridges import check_target, target_refusal
 
 HARNESS_KINDS = ("oz0", "pydantic_ai", "openai_agents", "acp", "jsonl")

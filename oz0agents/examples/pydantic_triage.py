@@ -1,4 +1,4 @@
-"""A Pydantic AI agent that oz0 runs through its pydantic_ai harness (agents/examples/pydantic-triage.yaml).
+"""A Pydantic AI agent that oz0 runs through its pydantic_ai harness (oz0agents/examples/pydantic-triage.yaml).
 
 Its model is a `FunctionModel`, so the demo and the tests run offline: it reads the clock through oz0's
 `clock__now` tool, then answers, or ends the job with `oz__fail(not_found, ...)` for issue 404. Swap in a

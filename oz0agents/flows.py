@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agents.parsing import Lines, Problem
+from oz0agents.parsing import Lines, Problem
 from runs.kernel import GuardError, InvalidRequest, TemplateError, check_storable, guard_steps, parse_guard, template_steps
 
 STEP_ID = re.compile(r"^[a-z][a-z0-9_]{0,39}$")

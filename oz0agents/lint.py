@@ -2,7 +2,7 @@
 rule it breaks and the line it sits on, plus the two F8 warnings; a valid manifest comes back
 normalized (the document the registry stores and runs read).
 
-Used by `POST /agents/lint`, `./oz0 plugin lint` and, before storing, `agents.registry.register`.
+Used by `POST /agents/lint`, `./oz0 plugin lint` and, before storing, `oz0agents.registry.register`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.flows import KnownAgents, lint_flow
-from agents.harness_lint import lint_harness
-from agents.parsing import Lines, Problem, Unparsable, parse
+from oz0agents.flows import KnownAgents, lint_flow
+from oz0agents.harness_lint import lint_harness
+from oz0agents.parsing import Lines, Problem, Unparsable, parse
 from runs.failures import PLATFORM_KINDS
 from runs.kernel import MAX_TIMEOUT_SECONDS, approval_problem_field, rule_problems
 from runs.tools import get_tool, is_registered
@@ -108,7 +108,7 @@ def lint(text: Any, *, known_agents: KnownAgents | None = None) -> Linted:
         )
 
     if is_flow:
-        # A flow has steps, not a model loop (agents/flows.py checks them, with their lines).
+        # A flow has steps, not a model loop (oz0agents/flows.py checks them, with their lines).
         flow, flow_errors = lint_flow(data, lines, known_agents)
         errors.extend(flow_errors)
         return Linted(flow if not errors else None, errors, warnings)

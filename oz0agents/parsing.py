@@ -2,7 +2,7 @@
 
 This is the reading half of a manifest: what YAML the loader accepts at all (a size cap, no
 anchors or aliases, bounded nesting and values, only what JSON holds). The manifest's field
-rules (F2-F8) are `agents.lint`, which reads the document parsed here.
+rules (F2-F8) are `oz0agents.lint`, which reads the document parsed here.
 """
 
 from __future__ import annotations

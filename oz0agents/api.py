@@ -7,10 +7,10 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Schema
 
-from agents import access
-from agents.lint import InvalidManifest, Linted, lint
-from agents.models import Agent, AgentVersion
-from agents.registry import agents_of, register
+from oz0agents import access
+from oz0agents.lint import InvalidManifest, Linted, lint
+from oz0agents.models import Agent, AgentVersion
+from oz0agents.registry import agents_of, register
 from runs.kernel import NotFound
 from runs.models import Workspace
 from runs.schemas import ErrorBody, ErrorOut

@@ -1,2 +1,0 @@
-"""The agents app: manifests (parsing, lint), the registry of agent versions, who may see and
-register agents, and the agents part of the JSON API."""

@@ -20,7 +20,7 @@ from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, approval_holds, release, tool_deadline
 from runs.kernel.txn import Txn, locked
-from runs.models import Run, Task, TaskStatus, TraceEvent
+from runs.models import Run, RunStatus, Task, TaskStatus, TraceEvent
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +188,9 @@ def task_complete(
         task = held_task(txn, claimed)
         if task is None:
             return False
+        if task.kind == "round" and txn.run.status == RunStatus.CANCELING:
+            refuse_completion(txn, task, extra, state)
+            return False
         result = {**merge_result(txn, task, extra), "value": value}
         fields: dict[str, Any] = {"result": result, "finished_at": txn.now, "claim": None}
         if state is not None:
@@ -195,6 +198,28 @@ def task_complete(
         txn.move(task, TaskStatus.COMPLETED, **fields)
         release(txn, [task.key])
         return True
+
+
+COMPLETION_REFUSED = "run_canceling"
+
+
+def refuse_completion(txn: Txn, task: Task, extra: Mapping[str, Any] | None, state: Mapping[str, Any] | None) -> None:
+    """A round of a run being canceled is never `completed` (its answer may rest on a call the
+    cancel stopped): the report is refused, typed in the trace, and the round ends canceled like a
+    stopped one, keeping what the report carried (usage, stderr) but its value."""
+    txn.event(
+        task.key,
+        "report_refused",
+        data={
+            "report": "completed",
+            "key": COMPLETION_REFUSED,
+            "detail": "the run is being canceled: its round is not completed",
+        },
+    )
+    fields: dict[str, Any] = {"result": merge_result(txn, task, extra), "finished_at": txn.now, "claim": None}
+    if state is not None:
+        fields["state"] = dict(state)
+    txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), **fields)
 
 
 def task_fail(
@@ -243,13 +268,17 @@ def task_errored(claimed: Claimed, error: BaseException) -> bool:
         return True
 
 
-def task_stopped(claimed: Claimed) -> bool:
-    """The claimant stopped because the kernel asked it to (a run cancel)."""
+def task_stopped(claimed: Claimed, *, extra: Mapping[str, Any] | None = None) -> bool:
+    """The claimant stopped because the kernel asked it to (a run cancel); `extra` is what it
+    reports on the way out (a harness's usage and stderr), kept on the task's result."""
     with locked(claimed.run_id, "worker") as txn:
         task = held_task(txn, claimed)
         if task is None:
             return False
-        txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), finished_at=txn.now, claim=None)
+        fields: dict[str, Any] = {"finished_at": txn.now, "claim": None}
+        if extra:
+            fields["result"] = merge_result(txn, task, extra)
+        txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), **fields)
         return True
 
 

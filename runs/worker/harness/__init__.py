@@ -57,7 +57,7 @@ def run_harnessed_round(claimed: Claimed, cancel: threading.Event) -> None:
     except JobEnded:
         return
     except HarnessCanceled:
-        kernel.task_stopped(claimed)
+        kernel.task_stopped(claimed, extra=session.extra())
         return
     except HarnessError as error:
         session.stderr = error.stderr or session.stderr
@@ -69,6 +69,8 @@ def run_harnessed_round(claimed: Claimed, cancel: threading.Event) -> None:
         )
         return
     if cancel.is_set():
-        kernel.task_stopped(claimed)
+        kernel.task_stopped(claimed, extra=session.extra())
         return
+    # Refused (typed, in the trace) when the run is being canceled meanwhile: a canceling run's
+    # round is never `completed`.
     kernel.task_complete(claimed, output, extra=session.extra(), state=session.state)

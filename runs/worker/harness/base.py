@@ -32,7 +32,7 @@ from typing import Any
 
 from runs import kernel
 from runs.kernel import Claimed
-from runs.models import Run, Task, TaskStatus
+from runs.models import Run, RunStatus, Task, TaskStatus
 from runs.tools import get_tool
 from runs.worker.child_answers import child_message, delegate_schema
 from runs.worker.round_driver import tool_message
@@ -192,6 +192,14 @@ class HarnessSession:
         if self.cancel.is_set():
             raise HarnessCanceled()
 
+    def check_stopping(self) -> None:
+        """Ask the database, not only the heartbeat, whether the round must stop: its run is being
+        canceled, a stop was asked of it, or its claim is gone. Then `HarnessCanceled`."""
+        row = Task.objects.filter(pk=self.task.pk).values_list("status", "claim", "cancel_requested", "run__status").first()
+        if row is None or row[0] != TaskStatus.RUNNING or row[1] != self.claimed.claim or row[2] or row[3] == RunStatus.CANCELING:
+            self.cancel.set()
+            raise HarnessCanceled()
+
     def bill(self, usage: Mapping[str, Any] | None, *, calls: int = 1) -> None:
         """Add the tokens a framework reports (`calls`: how many model requests they cover)."""
         if not usage:
@@ -262,6 +270,9 @@ class HarnessSession:
                 break
             if self.cancel.wait(POLL_SECONDS):
                 raise HarnessCanceled()
+        # A cancel settles the calls it stops at once, before the heartbeat carries it here: the
+        # harness is told `cancel`, never handed the stopped call's failure to answer around.
+        self.check_stopping()
         if source.kind == "await" and source.status == TaskStatus.COMPLETED:
             return CallResult(ok=True, value=(source.result or {}).get("value"))
         message = child_message(source) if source.kind == "delegate" else tool_message(source)

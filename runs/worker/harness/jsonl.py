@@ -117,11 +117,13 @@ def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
         channel.cancel()
         raise
     except HarnessError as error:
+        channel.close()
         error.stderr = channel.stderr_text()
         raise
     finally:
-        session.stderr = channel.stderr_text()
+        # Closed first: the stderr kept is all the process wrote, up to its end.
         channel.close()
+        session.stderr = channel.stderr_text()
 
 
 class Channel:
@@ -132,6 +134,7 @@ class Channel:
         self.confined = confined
         self.lines: queue.Queue[Any] = queue.Queue()
         self._stderr = bytearray()
+        self._closed = False
         self._readers = [
             threading.Thread(target=self._read_lines, args=(process.stdout,), daemon=True),
             threading.Thread(target=self._read_stderr, args=(process.stderr,), daemon=True),
@@ -256,6 +259,9 @@ class Channel:
 
     def close(self) -> None:
         """Whatever happened, no process is left behind: stdin closed, then a kill if it lingers."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()

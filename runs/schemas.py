@@ -93,6 +93,9 @@ class OpenOut(Out):
 class ErrorBody(Out):
     key: str
     detail: str = ""
+    # `nonreplayable_calls_made` (a retry of a harnessed round): the calls it already made,
+    # `{key, tool, status}` each, which the retry confirms by their keys.
+    calls: list[dict[str, Any]] | None = None
 
 
 class ErrorOut(Out):
@@ -158,6 +161,12 @@ class AppendIn(In):
 
 class ReasonIn(In):
     reason: str = ""
+
+
+class RetryTaskIn(In):
+    # The keys of the non-replayable calls a harnessed round already made, which the person
+    # confirms may be made again (409 `nonreplayable_calls_made` lists them).
+    confirm_calls: list[str] | None = None
 
 
 class DigestIn(In):

@@ -48,6 +48,7 @@ from runs.kernel.compile import (
 from runs.kernel.delegation import cancel_child, settle_parent, sweep_delegations, words_of
 from runs.kernel.errors import Conflict, ContentHidden, Forbidden, InvalidRequest, KernelError, NotFound
 from runs.kernel.expansion import append, await_token_digest, create_run
+from runs.kernel.failure import nonreplayable_calls
 from runs.kernel.graph import (
     ASKING_STATUSES,
     FAILED_STATUSES,
@@ -168,6 +169,7 @@ __all__ = [
     "template_steps",
     "render_template",
     "lease_seconds",
+    "nonreplayable_calls",
     "parse_guard",
     "pause_run",
     "quick_chunks",

@@ -6,11 +6,12 @@ Holds have no clock (S19): nothing here touches a run that waits on a person's d
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
-from runs.kernel.failure import is_replayable
+from runs.kernel.failure import is_replayable, nonreplayable_calls
 from runs.kernel.graph import KERNEL_EXECUTED
 from runs.kernel.scheduling import after_failure, make_ready
 from runs.kernel.txn import Txn, locked, send_on_commit
@@ -68,14 +69,16 @@ def _expire_claim(txn: Txn, task: Task) -> None:
         txn.move(task, TaskStatus.WAITING, claim=None, ready=False, deadline_at=None, state=state)
         make_ready(txn, task)
     else:
-        txn.event(task.key, "claim_expired", data={**seen, "replayed": False})
-        txn.move(
-            task,
-            TaskStatus.UNCERTAIN,
-            error=("tool_uncertain", "the worker stopped during a non-replayable call"),
-            claim=None,
-            finished_at=txn.now,
-        )
+        error = ("tool_uncertain", "the worker stopped during a non-replayable call")
+        data: dict[str, Any] = {**seen, "replayed": False}
+        if task.kind == "round":
+            # A harnessed session that made non-replayable calls: started over it would make them again.
+            made = nonreplayable_calls(task)
+            data["nonreplayable_calls"] = made
+            listed = ", ".join(f"{c['key']} ({c['tool']})" for c in made)
+            error = ("round_uncertain", f"the session worker stopped after the round made non-replayable calls: {listed}")
+        txn.event(task.key, "claim_expired", data=data)
+        txn.move(task, TaskStatus.UNCERTAIN, error=error, claim=None, finished_at=txn.now)
         after_failure(txn, task)
 
 

@@ -262,6 +262,14 @@ class HarnessSession:
             raise HarnessCanceled()  # the claim is gone or the run stops
         # max: a framework may run calls in parallel threads, and their reports may come back out of order.
         self.state["authored"] = max(int(self.state.get("authored", 0)), int(key.rsplit(".", 1)[1]))
+        # The kernel notes the non-replayable calls on the round (kernel.round_call); the session's
+        # report replaces the round's state, so it carries them on.
+        noted = Task.objects.filter(pk=self.task.pk).values_list("state", flat=True).first() or {}
+        if noted.get("nonreplayable_calls"):
+            self.state["nonreplayable_calls"] = sorted(
+                {*self.state.get("nonreplayable_calls", []), *noted["nonreplayable_calls"]},
+                key=lambda k: int(k.rsplit(".", 1)[1]),
+            )
         while True:
             source = Task.objects.filter(run_id=self.run.pk, key=key).first()
             if source is None:

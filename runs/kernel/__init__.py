@@ -80,6 +80,7 @@ from runs.kernel.rounds import (
     round_oz_fail,
     round_switch,
 )
+from runs.kernel.scheduling import round_timeout_seconds
 from runs.kernel.sweeps import MAX_EXPIRED_CLAIMS, sweep_clocks, sweep_expired_claims, sweep_lost_messages
 from runs.kernel.templates import TemplateError, template_steps
 from runs.kernel.templates import render as render_template
@@ -189,6 +190,7 @@ __all__ = [
     "round_call",
     "round_oz_fail",
     "round_switch",
+    "round_timeout_seconds",
     "rule_problems",
     "settle_parent",
     "spec_digest",

@@ -111,8 +111,8 @@ CLOCKED = (TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISP
 
 
 def sweep_clocks(now: datetime | None = None) -> int:
-    """Park clocks, await timeouts and tool deadlines: each ends its task `timed_out` under its own
-    policy. A tool call past its deadline is told to stop; whatever its holder reports later finds
+    """Park clocks, await timeouts, tool deadlines and harnessed rounds' deadlines: each ends its
+    task `timed_out` under its own policy. A tool call past its deadline is told to stop; whatever its holder reports later finds
     the claim gone."""
     now = now or timezone.now()
     due = list(Task.objects.filter(deadline_at__lte=now, status__in=CLOCKED).values_list("pk", "run_id"))
@@ -125,6 +125,13 @@ def sweep_clocks(now: datetime | None = None) -> int:
             txn.remember([task])
             if task.kind == "tool" and task.status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED):
                 key, detail = "tool_timeout", "the call ran past its deadline"
+                Task.objects.filter(pk=task.pk).update(cancel_requested=True)
+                task.cancel_requested = True
+                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
+            elif task.kind == "round" and task.status == TaskStatus.RUNNING:
+                # A harnessed round whose worker did not end it at its deadline (stuck, or cut off):
+                # told to stop, its report refused; never re-run blind (a hung agent would hang again).
+                key, detail = "round_timeout", "the round ran past its deadline and its worker did not end it"
                 Task.objects.filter(pk=task.pk).update(cancel_requested=True)
                 task.cancel_requested = True
                 txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)

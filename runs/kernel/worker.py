@@ -18,7 +18,7 @@ from runs.kernel.bulk import claim_named, claim_queued, complete_held
 from runs.kernel.errors import Conflict
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
-from runs.kernel.scheduling import after_failure, approval_holds, release, tool_deadline
+from runs.kernel.scheduling import after_failure, approval_holds, release, round_deadline, tool_deadline
 from runs.kernel.txn import Txn, locked
 from runs.models import Run, RunStatus, Task, TaskStatus, TraceEvent
 
@@ -105,7 +105,9 @@ def claim_task(run_id: Any, task_id: int, claim: str) -> Claimed | None:
             started_at=txn.now,
             attempt=task.attempt + 1,
             cancel_requested=False,
-            deadline_at=tool_deadline(task.spec, txn.now) if task.kind == "tool" else None,
+            deadline_at=tool_deadline(task.spec, txn.now)
+            if task.kind == "tool"
+            else (round_deadline(txn.run, txn.now) if task.kind == "round" else None),
         )
         # Taking a queued task cannot make the run quiescent: skip the settle queries.
         txn.skip_check_run()

@@ -123,6 +123,13 @@ class HarnessSession:
     state: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "calls": 0})
     stderr: str = ""
+    # Set when the round's deadline passed (`expire`): the adapter kills its process, no grace.
+    timed_out: threading.Event = field(default_factory=threading.Event)
+
+    def expire(self) -> None:
+        """The round's deadline passed: stop the harness as a cancel would, but as a timeout."""
+        self.timed_out.set()
+        self.cancel.set()
 
     @property
     def harness(self) -> dict[str, Any]:

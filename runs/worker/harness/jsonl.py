@@ -114,7 +114,10 @@ def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
                 result = session.call_tool(tool, args)
             channel.send(result.as_message(call_id))
     except HarnessCanceled:
-        channel.cancel()
+        if session.timed_out.is_set():
+            channel.kill()  # past its deadline: no `cancel` line, no grace
+        else:
+            channel.cancel()
         raise
     except HarnessError as error:
         channel.close()
@@ -243,6 +246,11 @@ class Channel:
         if self._exited_within(TERM_GRACE_SECONDS):
             return
         self._signal(signal.SIGKILL)
+
+    def kill(self) -> None:
+        """The round's deadline passed: its process group is killed at once."""
+        self._signal(signal.SIGKILL)
+        self._exited_within(EXIT_WAIT_SECONDS)
 
     def _exited_within(self, seconds: float) -> bool:
         try:

@@ -275,6 +275,9 @@ class RunOut(OpenOut):
     content_visible: bool = False
     private: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
+    # A harnessed round queued for a session thread its workspace has none free of (F7):
+    # `{task, since, slots}` (slots: OZ0_SESSION_SLOTS_PER_WORKSPACE), else null.
+    waiting_for_slot: dict[str, Any] | None = None
     created_at: str | None = None
     updated_at: str | None = None
     finished_at: str | None = None

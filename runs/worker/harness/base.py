@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +123,8 @@ class HarnessSession:
     state: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "calls": 0})
     stderr: str = ""
+    # The live stderr of the harness process while it runs (its channel's), read when a report is made.
+    stderr_source: Callable[[], str] | None = None
     # Set when the round's deadline passed (`expire`): the adapter kills its process, no grace.
     timed_out: threading.Event = field(default_factory=threading.Event)
 
@@ -219,8 +221,9 @@ class HarnessSession:
 
     def extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"usage": dict(self.usage), "harness": self.harness.get("kind")}
-        if self.stderr:
-            extra["stderr"] = self.stderr[-STDERR_KEPT:]
+        stderr = self.stderr_source() if self.stderr_source is not None and not self.stderr else self.stderr
+        if stderr:
+            extra["stderr"] = stderr[-STDERR_KEPT:]
         return extra
 
     def call_tool(self, name: Any, args: Any) -> CallResult:

@@ -14,6 +14,7 @@ as it goes without a script of our own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -28,7 +29,7 @@ from runs import kernel, selectors
 from runs.models import Run, RunStatus, TraceEvent, Workspace
 from runs.permissions import has_write_standing
 
-VERBS = {"retry": kernel.retry, "abandon": kernel.abandon}
+VERBS: dict[str, Callable[..., Any]] = {"retry": kernel.retry, "abandon": kernel.abandon}
 DONE = {"retry": "retried", "abandon": "abandoned"}
 CHUNK = 10
 

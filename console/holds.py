@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET
 from console.views import HtmxHttpRequest, live_fragment, not_found_as_404, workspace_context
 from oz0agents.models import AgentVersion
 from runs import failures, selectors
-from runs.kernel import InvalidRequest, repair_candidates_of
+from runs.kernel import InvalidRequest, nonreplayable_calls, repair_candidates_of
 from runs.models import TASK_FAILED, Run, RunStatus, Task, Workspace
 from runs.permissions import can_read_content
 from runs.selectors import task_error
@@ -112,6 +112,8 @@ def failed_task_document(task: Task, content: bool, candidate: bool) -> dict[str
         "declared": failure.get("declared"),
         "candidate": candidate,
         "compactable": candidate and task.kind == "round",
+        # A harnessed round's non-replayable calls, which its retry must confirm (its agent may make them again).
+        "nonreplayable_calls": nonreplayable_calls(task) if candidate and task.kind == "round" else [],
     }
 
 

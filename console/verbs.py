@@ -47,6 +47,7 @@ REFUSAL_TITLES = {
     "not_pausable": "Cannot pause",
     "not_paused": "Not paused",
     "approval_stale": "The call changed",
+    "nonreplayable_calls_made": "Confirm the calls it already made",
 }
 
 Verb = Callable[..., HttpResponse]
@@ -115,7 +116,9 @@ def answer(request: HtmxHttpRequest, run: Run, key: str) -> HttpResponse:
 
 @acting
 def retry(request: HtmxHttpRequest, run: Run, key: str) -> HttpResponse:
-    kernel.retry(run_id=run.pk, key=key, user=request.user)
+    # The non-replayable calls the page listed beside the button, which the person confirmed.
+    confirmed = request.POST.getlist("confirm_calls") or None
+    kernel.retry(run_id=run.pk, key=key, user=request.user, confirm_calls=confirmed)
     return done(request, run, "Retried", f"{key} runs again; what its failure skipped comes back.")
 
 

@@ -5,6 +5,7 @@
     harness: {openai_agents: "pkg.module:agent"}   # an OpenAI Agents SDK Agent object
     harness: {acp: {program: NAME, env: {...}}}    # an ACP agent process, oz.fail on its oz0 MCP server
     harness: {jsonl: {program: NAME, env: {...}}}  # a process speaking oz0's JSON-lines protocol v1
+    harness: {jsonl: {...}, timeout_s: 600}        # any kind: the round's deadline (OZ0_ROUND_TIMEOUT_SECONDS)
 
 The installer, never a workspace, decides what code runs (`oz0agents.harness_programs`): a program is
 one the installer lists in OZ0_HARNESS_PROGRAMS (a manifest's own `command:` is refused), and an
@@ -23,6 +24,7 @@ from typing import Any
 
 from oz0agents.harness_programs import ProgramsFileError, programs, reserved_env
 from oz0agents.parsing import Lines, Problem
+from runs.kernel import MAX_TIMEOUT_SECONDS
 from runs.worker.harness.bridges import check_target, target_refusal
 
 HARNESS_KINDS = ("oz0", "pydantic_ai", "openai_agents", "acp", "jsonl")
@@ -50,10 +52,22 @@ def lint_harness(raw: Any, lines: Lines, errors: list[Problem], warnings: list[P
     if isinstance(raw, str):
         error((), "harness", f"{raw!r} is not a harness; {SHAPE}")
         return None
-    if not isinstance(raw, Mapping) or len(raw) != 1:
-        error((), "harness", f"{SHAPE} (exactly one kind)")
+    if not isinstance(raw, Mapping) or len([k for k in raw if k != "timeout_s"]) != 1:
+        error((), "harness", f"{SHAPE} (exactly one kind, and optionally `timeout_s` beside it)")
         return None
-    kind, value = next(iter(raw.items()))
+    timeout: dict[str, Any] = {}
+    if "timeout_s" in raw:
+        seconds = raw["timeout_s"]
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= MAX_TIMEOUT_SECONDS:
+            error(
+                ("timeout_s",),
+                "harness.timeout_s",
+                f"must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS:,} (366 days); leave it out for "
+                "OZ0_ROUND_TIMEOUT_SECONDS",
+            )
+            return None
+        timeout = {"timeout_s": seconds}
+    kind, value = next((k, v) for k, v in raw.items() if k != "timeout_s")
     if kind not in HARNESS_KINDS or kind == "oz0":
         error((kind,), "harness", f"{kind!r} is not a harness kind (one of {', '.join(HARNESS_KINDS)})")
         return None
@@ -72,7 +86,7 @@ def lint_harness(raw: Any, lines: Lines, errors: list[Problem], warnings: list[P
             return None
         if checked.ok is None:
             warnings.append(Problem(lines.at("harness", kind), where, f"{value!r} {checked.detail}"))
-        return {"kind": kind, "target": value}
+        return {"kind": kind, "target": value, **timeout}
     if not isinstance(value, Mapping):
         error((kind,), where, "must be {program: NAME, env: {NAME: value}}")
         return None
@@ -82,7 +96,12 @@ def lint_harness(raw: Any, lines: Lines, errors: list[Problem], warnings: list[P
     ok = True
     unknown = set(value) - {"program", "env"}
     if unknown:
-        error((kind,), where, f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}; it holds `program` and `env`")
+        error(
+            (kind,),
+            where,
+            f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}; it holds `program` and `env` "
+            "(a round's `timeout_s` goes beside the kind, in `harness:`)",
+        )
         ok = False
     name = value.get("program")
     if not isinstance(name, str) or not name:
@@ -124,4 +143,4 @@ def lint_harness(raw: Any, lines: Lines, errors: list[Problem], warnings: list[P
                 ok = False
     if not ok or not isinstance(env, Mapping):
         return None
-    return {"kind": kind, "program": name, "env": {str(k): str(v) for k, v in env.items()}}
+    return {"kind": kind, "program": name, "env": {str(k): str(v) for k, v in env.items()}, **timeout}

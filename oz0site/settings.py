@@ -231,6 +231,11 @@ OZ0_APPROVAL_PARK_SECONDS = env.float("OZ0_APPROVAL_PARK_SECONDS", default=24 * 
 OZ0_PROVIDER_ATTEMPTS = env.int("OZ0_PROVIDER_ATTEMPTS", default=3)
 # A tool call's deadline from its claim when neither the task nor the agent's manifest gives one.
 OZ0_TOOL_TIMEOUT_SECONDS = env.float("OZ0_TOOL_TIMEOUT_SECONDS", default=15 * 60)
+# A harnessed round's deadline from its claim when its manifest's harness gives no timeout_s (F7):
+# past it the round ends round_timeout (kind timeout) and its process is killed.
+OZ0_ROUND_TIMEOUT_SECONDS = env.float("OZ0_ROUND_TIMEOUT_SECONDS", default=30 * 60)
+if OZ0_ROUND_TIMEOUT_SECONDS <= 0:
+    raise ConfigurationError("OZ0_ROUND_TIMEOUT_SECONDS must be a positive number of seconds")
 # How long a runner tool's call waits when no live executor serves it, before it fails tool_not_served.
 OZ0_UNSERVED_SECONDS = env.float("OZ0_UNSERVED_SECONDS", default=60.0)
 # Quick tools' ready calls go to workers in chunks of at most this many...

@@ -20,6 +20,7 @@ from runs.schemas import (
     ErrorOut,
     ReasonIn,
     ResolveIn,
+    RetryTaskIn,
     RunCreated,
     RunOnly,
     RunOut,
@@ -160,8 +161,11 @@ def _verb(request: HttpRequest, run_id: str, action: Any, **kwargs: Any) -> dict
 
 
 @router.post("/runs/{run_id}/tasks/{key}/retry", response={200: RunOnly, **ERRORS}, summary="Retry a failed task (S14-S16)")
-def retry(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
-    return _verb(request, run_id, kernel.retry, key=key)
+def retry(request: HttpRequest, run_id: str, key: str, payload: RetryTaskIn | None = None) -> dict[str, Any]:
+    """A harnessed round that already made non-replayable calls answers 409
+    `nonreplayable_calls_made` with the calls listed (`error.calls`) unless `confirm_calls` names
+    each of them."""
+    return _verb(request, run_id, kernel.retry, key=key, confirm_calls=body_fields(request).get("confirm_calls"))
 
 
 @router.post("/runs/{run_id}/tasks/{key}/abandon", response={200: RunOnly, **ERRORS}, summary="Abandon a failed task (S14-S16)")

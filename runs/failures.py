@@ -100,7 +100,7 @@ ERROR_KEY_KINDS: dict[str, str] = {
     ),
     "tool_failed": "tool_failed",
     **dict.fromkeys(("tool_timeout", "await_timeout", "approval_expired"), "timeout"),
-    "tool_uncertain": "unknown_outcome",
+    **dict.fromkeys(("tool_uncertain", "round_uncertain"), "unknown_outcome"),
     "approval_denied": "denied",
     "run_canceled": "cancelled",
     "join_loser_canceled": "cancelled",
@@ -113,6 +113,8 @@ ERROR_KEY_KINDS: dict[str, str] = {
     # A harness (F7) that is not installed is unavailable; one that crashed or spoke garbage is an error.
     "harness_unavailable": "unavailable",
     **dict.fromkeys(("harness_crashed", "harness_protocol_error"), "error"),
+    # A harnessed round past its deadline (its manifest's timeout_s, else OZ0_ROUND_TIMEOUT_SECONDS).
+    "round_timeout": "timeout",
 }
 
 # The seed's error key table (S22): every key with its meaning.
@@ -144,6 +146,8 @@ ERROR_KEYS: dict[str, str] = {
     "tool_not_served": "No executor serves the tool",
     "harness_unavailable": "The agent's harness (its framework, package or program) is not installed here",
     "harness_crashed": "The agent's harness process or framework ended without finishing its job",
+    "round_timeout": "A harnessed round ran past its deadline; its process was killed",
+    "round_uncertain": "A harnessed round that had made non-replayable calls lost its worker; a person decides",
     "harness_protocol_error": "The agent's harness said something its protocol does not allow",
     "child_failed": "The delegate task's child run failed; the task carries the child's failure as its own",
     "child_output_invalid": "A quarantined child's answer did not match the task's output_schema",

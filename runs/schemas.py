@@ -93,6 +93,9 @@ class OpenOut(Out):
 class ErrorBody(Out):
     key: str
     detail: str = ""
+    # `nonreplayable_calls_made` (a retry of a harnessed round): the calls it already made,
+    # `{key, tool, status}` each, which the retry confirms by their keys.
+    calls: list[dict[str, Any]] | None = None
 
 
 class ErrorOut(Out):
@@ -158,6 +161,12 @@ class AppendIn(In):
 
 class ReasonIn(In):
     reason: str = ""
+
+
+class RetryTaskIn(In):
+    # The keys of the non-replayable calls a harnessed round already made, which the person
+    # confirms may be made again (409 `nonreplayable_calls_made` lists them).
+    confirm_calls: list[str] | None = None
 
 
 class DigestIn(In):
@@ -266,6 +275,9 @@ class RunOut(OpenOut):
     content_visible: bool = False
     private: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
+    # A harnessed round queued for a session thread its workspace has none free of (F7):
+    # `{task, since, slots}` (slots: OZ0_SESSION_SLOTS_PER_WORKSPACE), else null.
+    waiting_for_slot: dict[str, Any] | None = None
     created_at: str | None = None
     updated_at: str | None = None
     finished_at: str | None = None

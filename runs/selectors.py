@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from runs import failures
 from runs.kernel import InvalidRequest, NotFound, repair_candidates_of
-from runs.models import Membership, Run, Task, TraceEvent, Workspace
+from runs.models import Membership, Run, Task, TaskStatus, TraceEvent, Workspace
 from runs.permissions import can_read_content, role_of
 
 # Trace event data a closed reader may see: structure, statuses, flags and counts, never words.
@@ -197,12 +197,26 @@ def run_document(user: Any, run: Run, tasks: Iterable[Task] | None = None) -> di
     doc["tasks"] = [task_document(t, content, run.failure) for t in rows]
     doc["usage"] = billed_usage(rows)
     doc["children"] = children_of(run, content)
+    doc["waiting_for_slot"] = waiting_for_slot(run)
     # A delegate task names its (latest) child and that child's status: the graph draws it.
     statuses = {child["id"]: child["status"] for child in doc["children"]}
     for task, task_doc in zip(rows, doc["tasks"], strict=True):
         if task.child_id is not None and str(task.child_id) in statuses:
             task_doc["child"] = {"id": str(task.child_id), "status": statuses[str(task.child_id)]}
     return doc
+
+
+def waiting_for_slot(run: Run) -> dict[str, Any] | None:
+    """A harnessed round of the run queued for a session thread its workspace has none of
+    (OZ0_SESSION_SLOTS_PER_WORKSPACE in use): `{task, since, slots}`, else None."""
+    row = (
+        Task.objects.filter(run=run, kind="round", status=TaskStatus.WAITING, ready=True, state__has_key="waiting_for_slot")
+        .values_list("key", "state")
+        .first()
+    )
+    if row is None:
+        return None
+    return {"task": row[0], **row[1]["waiting_for_slot"]}
 
 
 def children_of(run: Run, content: bool) -> list[dict[str, Any]]:

@@ -57,6 +57,7 @@ from runs.kernel.compile import (
 from runs.kernel.delegation import words_of
 from runs.kernel.errors import Conflict, ContentHidden, Forbidden, InvalidRequest, KernelError, NotFound
 from runs.kernel.expansion import await_token_digest
+from runs.kernel.failure import nonreplayable_calls
 from runs.kernel.graph import (
     ASKING_STATUSES,
     FAILED_STATUSES,
@@ -89,6 +90,7 @@ from runs.kernel.rounds import (
     round_oz_fail,
     round_switch,
 )
+from runs.kernel.scheduling import round_timeout_seconds
 from runs.kernel.sweeps import (
     MAX_EXPIRED_CLAIMS,
     sweep_clocks,
@@ -113,7 +115,9 @@ from runs.kernel.verbs import (
 from runs.kernel.worker import (
     Claimed,
     Outcome,
+    SessionClaim,
     claim_batch,
+    claim_session,
     claim_task,
     defer_queued,
     heartbeat,
@@ -166,7 +170,9 @@ __all__ = [
     "claim_batch",
     "claim_call",
     "claim_prefix",
+    "claim_session",
     "claim_task",
+    "SessionClaim",
     "compact",
     "create_run",
     "delegate_call_spec",
@@ -183,6 +189,7 @@ __all__ = [
     "template_steps",
     "render_template",
     "lease_seconds",
+    "nonreplayable_calls",
     "parse_guard",
     "pause_run",
     "quick_chunks",
@@ -202,6 +209,7 @@ __all__ = [
     "round_call",
     "round_oz_fail",
     "round_switch",
+    "round_timeout_seconds",
     "rule_problems",
     "settle_parent",
     "spec_digest",

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+from typing import Any
+
 
 class KernelError(Exception):
     """A typed refusal: the API answers it as {"error": {"key", "detail"}} with `status`."""
 
     status = 400
 
-    def __init__(self, key: str, detail: str = "", *, status: int | None = None) -> None:
+    def __init__(self, key: str, detail: str = "", *, status: int | None = None, extra: dict[str, Any] | None = None) -> None:
         super().__init__(f"{key}: {detail}" if detail else key)
         self.key = key
         self.detail = detail
+        # Fields the error's body carries beside key and detail (the calls a retry must confirm).
+        self.extra = dict(extra or {})
         if status is not None:
             self.status = status
 

@@ -18,14 +18,46 @@ from runs.tools import get_tool
 
 def is_replayable(task: Task) -> bool:
     """May a call whose claimant or executor vanished run again blind? A model step may (it has
-    no effect outside the run); a tool a worker runs may when the tool says so; a runner's call
-    (or a tool no longer installed) when its tool says so or its args declare `replayable: true`."""
+    no effect outside the run), but for a harnessed round that has made a non-replayable call
+    (`nonreplayable_calls`): its session would start over and make it again. A tool a worker runs
+    may when the tool says so; a runner's call (or a tool no longer installed) when its tool says
+    so or its args declare `replayable: true`."""
+    if task.kind == "round":
+        return not nonreplayable_calls(task)
     if task.kind != "tool":
         return True
-    tool = get_tool(str(task.spec.get("tool", "")))
+    return call_replayable(task.kind, task.spec)
+
+
+def call_replayable(kind: str, spec: Mapping[str, Any]) -> bool:
+    """Whether a call a round authors may be made again blind: a registry tool that says so. A
+    delegation (a child run) and the approval of a framework's own tool (which the framework then
+    runs itself) have effects oz0 cannot judge, so they count as non-replayable."""
+    if kind != "tool" or spec.get("native"):
+        return False
+    tool = get_tool(str(spec.get("tool", "")))
     if tool is not None and not tool.runner:
         return tool.replayable
-    return bool(tool and tool.replayable) or (task.spec.get("args") or {}).get("replayable") is True
+    return bool(tool and tool.replayable) or (spec.get("args") or {}).get("replayable") is True
+
+
+NOT_MADE = (TaskStatus.CANCELED, TaskStatus.SKIPPED, TaskStatus.FAILED, TaskStatus.TIMED_OUT)
+
+
+def nonreplayable_calls(task: Task) -> list[dict[str, Any]]:
+    """The non-replayable calls a harnessed round has made (`round_call` notes each it authors in
+    the round's state), as `{key, tool, status}` in order: every one but those that ended without
+    ever starting (denied, expired, canceled or skipped before a worker or child took them)."""
+    noted = [str(key) for key in task.state.get("nonreplayable_calls", [])]
+    if not noted:
+        return []
+    rows = Task.objects.filter(run_id=task.run_id, key__in=noted).values_list("key", "status", "attempt", "child_id", "spec")
+    made = {}
+    for key, status, attempt, child_id, spec in rows:
+        never_started = status in NOT_MADE and not attempt and child_id is None
+        if not never_started:
+            made[key] = {"key": key, "tool": spec.get("tool") or spec.get("agent") or "", "status": status}
+    return [made[key] for key in noted if key in made]
 
 
 # Failures a blind re-run cannot mend: the seeds forbid it (provider_error), the route is
@@ -47,6 +79,8 @@ NOT_AUTO_RETRIED = frozenset(
         "context_overflow",
         "missing_input",
         "input_source_unavailable",
+        # A hung harness would hang again; a person decides whether the agent gets another go.
+        "round_timeout",
     }
 )
 
@@ -64,6 +98,9 @@ def auto_retry(txn: Txn, task: Task, error_key: str, detail: str | None, fields:
     if task.kind not in ("round", "summarizer") or txn.run.status == RunStatus.CANCELING or task.cancel_requested:
         return False
     if error_key in NOT_AUTO_RETRIED:
+        return False
+    if task.kind == "round" and nonreplayable_calls(task):
+        # A harnessed session that made a non-replayable call would make it again: a person decides.
         return False
     used = int(task.state.get("auto_retries", 0))
     if used >= txn.run.retry_budget:

@@ -17,7 +17,7 @@ from runs.kernel.commit import locked
 from runs.kernel.compile import DELEGATE_TOOLS, TaskSpec, check_storable, delegate_call_spec
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.expansion import add_tasks, arm_compaction_in, expand
-from runs.kernel.failure import fail_claimed
+from runs.kernel.failure import call_replayable, fail_claimed
 from runs.kernel.graph import OPEN_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, make_ready
 from runs.kernel.settling import fail_run
@@ -219,6 +219,9 @@ def round_call(
                 lineage=task.lineage,
             )
         task.state = {**task.state, "authored": counter}
+        if spec.kind in ("tool", "delegate") and not call_replayable(spec.kind, spec.spec):
+            # The session cannot be re-run blind from here on (is_replayable): a person decides.
+            task.state["nonreplayable_calls"] = [*task.state.get("nonreplayable_calls", []), key]
         Task.objects.filter(pk=task.pk).update(state=task.state)
         txn.event(task.key, "harness_call", data={"key": key, "tool": spec.spec.get("tool", "oz.ask"), **_native_mark(spec.spec)})
         add_tasks(txn, [spec])

@@ -18,12 +18,13 @@ from typing import Any
 
 from django.conf import settings
 
+from oz0agents.models import AgentVersion
 from runs.kernel import graph
 from runs.kernel.approvals import call_decision, spec_digest
 from runs.kernel.children import open_child, plan_child
 from runs.kernel.graph import FAILED_STATUSES, LIVE_STATUSES
 from runs.kernel.txn import Txn
-from runs.models import Edge, RunStatus, Task, TaskStatus
+from runs.models import Edge, Run, RunStatus, Task, TaskStatus
 from runs.tools import get_tool
 
 
@@ -32,6 +33,29 @@ def tool_deadline(spec: Mapping[str, Any], now: datetime) -> datetime:
     for a model-composed call), else OZ0_TOOL_TIMEOUT_SECONDS."""
     seconds = spec.get("timeout_s") or settings.OZ0_TOOL_TIMEOUT_SECONDS
     return now + timedelta(seconds=float(seconds))
+
+
+# The kernel's clock on a harnessed round trails the worker's own by this much: the worker kills the
+# process and reports round_timeout with its stderr and usage; the sweep only ends a round whose
+# worker could not (a worker stuck or cut off from the database).
+ROUND_DEADLINE_GRACE_SECONDS = 60.0
+
+
+def round_timeout_seconds(harness: Any) -> float | None:
+    """A harnessed round's deadline in seconds (its manifest's `harness.timeout_s`, else
+    OZ0_ROUND_TIMEOUT_SECONDS); None for a round of oz0's own loop, whose provider calls have theirs."""
+    if not isinstance(harness, Mapping) or "kind" not in harness:
+        return None
+    return float(harness.get("timeout_s") or settings.OZ0_ROUND_TIMEOUT_SECONDS)
+
+
+def round_deadline(run: Run, now: datetime) -> datetime | None:
+    """When the kernel's clock ends a claimed harnessed round `round_timeout` (sweep_clocks)."""
+    if run.agent_version_id is None:
+        return None
+    harness = AgentVersion.objects.filter(pk=run.agent_version_id).values_list("manifest__harness", flat=True).first()
+    seconds = round_timeout_seconds(harness)
+    return None if seconds is None else now + timedelta(seconds=seconds + ROUND_DEADLINE_GRACE_SECONDS)
 
 
 def source_states_of(txn: Txn, task: Task) -> list[graph.SourceState]:

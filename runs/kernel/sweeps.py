@@ -7,13 +7,14 @@ Holds have no clock (S19): nothing here touches a run that waits on a person's d
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from runs.kernel.commit import cancel_child, locked, pause_child, resume_child, send_on_commit, settle_parent
-from runs.kernel.failure import is_replayable
+from runs.kernel.failure import is_replayable, nonreplayable_calls
 from runs.kernel.graph import FINISHED_RUN_STATUSES, KERNEL_EXECUTED, OPEN_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, make_ready
 from runs.kernel.settling import PAUSABLE
@@ -72,14 +73,16 @@ def _expire_claim(txn: Txn, task: Task) -> None:
         txn.move(task, TaskStatus.WAITING, claim=None, ready=False, deadline_at=None, state=state)
         make_ready(txn, task)
     else:
-        txn.event(task.key, "claim_expired", data={**seen, "replayed": False})
-        txn.move(
-            task,
-            TaskStatus.UNCERTAIN,
-            error=("tool_uncertain", "the worker stopped during a non-replayable call"),
-            claim=None,
-            finished_at=txn.now,
-        )
+        error = ("tool_uncertain", "the worker stopped during a non-replayable call")
+        data: dict[str, Any] = {**seen, "replayed": False}
+        if task.kind == "round":
+            # A harnessed session that made non-replayable calls: started over it would make them again.
+            made = nonreplayable_calls(task)
+            data["nonreplayable_calls"] = made
+            listed = ", ".join(f"{c['key']} ({c['tool']})" for c in made)
+            error = ("round_uncertain", f"the session worker stopped after the round made non-replayable calls: {listed}")
+        txn.event(task.key, "claim_expired", data=data)
+        txn.move(task, TaskStatus.UNCERTAIN, error=error, claim=None, finished_at=txn.now)
         after_failure(txn, task)
 
 
@@ -112,8 +115,8 @@ CLOCKED = (TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT, TaskStatus.DISP
 
 
 def sweep_clocks(now: datetime | None = None) -> int:
-    """Park clocks, await timeouts and tool deadlines: each ends its task `timed_out` under its own
-    policy. A tool call past its deadline is told to stop; whatever its holder reports later finds
+    """Park clocks, await timeouts, tool deadlines and harnessed rounds' deadlines: each ends its
+    task `timed_out` under its own policy. A tool call past its deadline is told to stop; whatever its holder reports later finds
     the claim gone."""
     now = now or timezone.now()
     due = list(Task.objects.filter(deadline_at__lte=now, status__in=CLOCKED).values_list("pk", "run_id"))
@@ -126,6 +129,13 @@ def sweep_clocks(now: datetime | None = None) -> int:
             txn.remember([task])
             if task.kind == "tool" and task.status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED):
                 key, detail = "tool_timeout", "the call ran past its deadline"
+                Task.objects.filter(pk=task.pk).update(cancel_requested=True)
+                task.cancel_requested = True
+                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
+            elif task.kind == "round" and task.status == TaskStatus.RUNNING:
+                # A harnessed round whose worker did not end it at its deadline (stuck, or cut off):
+                # told to stop, its report refused; never re-run blind (a hung agent would hang again).
+                key, detail = "round_timeout", "the round ran past its deadline and its worker did not end it"
                 Task.objects.filter(pk=task.pk).update(cancel_requested=True)
                 task.cancel_requested = True
                 txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)

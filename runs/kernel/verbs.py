@@ -14,7 +14,7 @@ from runs.kernel.commit import locked
 from runs.kernel.compile import check_storable
 from runs.kernel.errors import Conflict, InvalidRequest, NotFound
 from runs.kernel.expansion import arm_compaction_in, await_token_digest
-from runs.kernel.failure import renewed, renewed_attempts, route_refusal
+from runs.kernel.failure import nonreplayable_calls, renewed, renewed_attempts, route_refusal
 from runs.kernel.graph import FINISHED_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, evaluate, make_ready, release
 from runs.kernel.settling import cancel, pause, release_hold, resume
@@ -49,16 +49,33 @@ def _require_candidate(txn: Txn, task: Task) -> None:
         raise Conflict("not_a_candidate", f"task {task.key!r} is not a retry or abandon candidate (S15, S16)")
 
 
-def retry(*, run_id: Any, key: str, user: Any) -> Run:
-    """Run a failed task again under its own lineage; what its failure skipped comes back."""
+def retry(*, run_id: Any, key: str, user: Any, confirm_calls: Any = None) -> Run:
+    """Run a failed task again under its own lineage; what its failure skipped comes back.
+
+    A harnessed round that already made non-replayable calls starts its session over, and its agent
+    may make them again: the retry is refused (`nonreplayable_calls_made`, the calls listed) unless
+    `confirm_calls` names every one of them by its key, so the person knows what may happen twice."""
+    if confirm_calls is not None and (not isinstance(confirm_calls, list) or not all(isinstance(k, str) for k in confirm_calls)):
+        raise InvalidRequest("invalid_field", "`confirm_calls` must be a list of task keys")
     with locked(run_id, actor_name(user)) as txn:
         task = _verb_task(txn, user, key)
         _require_candidate(txn, task)
+        made: list[dict[str, Any]] = []
         if task.kind in ("round", "summarizer"):
             refusal = route_refusal(task)
             if refusal:
                 raise Conflict("model_route_spent", refusal)
-        txn.event(task.key, "verb", data={"verb": "retry"})
+            made = nonreplayable_calls(task)
+            unconfirmed = [c for c in made if c["key"] not in (confirm_calls or [])]
+            if unconfirmed:
+                listed = ", ".join(f"{c['key']} ({c['tool']}, {c['status']})" for c in made)
+                raise Conflict(
+                    "nonreplayable_calls_made",
+                    f"{key} already made non-replayable calls its agent may make again when it starts over: {listed}; "
+                    "retry with `confirm_calls` naming them to go ahead",
+                    extra={"calls": made},
+                )
+        txn.event(task.key, "verb", data={"verb": "retry", **({"confirmed_calls": [c["key"] for c in made]} if made else {})})
         txn.resolve(task, "retried")
         txn.move(
             task,

@@ -18,9 +18,9 @@ from runs.kernel.bulk import claim_named
 from runs.kernel.commit import locked
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
-from runs.kernel.scheduling import after_failure, approval_holds, release, tool_deadline
+from runs.kernel.scheduling import after_failure, approval_holds, release, round_deadline, tool_deadline
 from runs.kernel.txn import Txn
-from runs.models import Run, Task, TaskStatus, TraceEvent
+from runs.models import Run, RunStatus, Task, TaskStatus, TraceEvent
 
 log = logging.getLogger(__name__)
 
@@ -51,21 +51,10 @@ class Outcome:
 
 
 def session_room(run_id: Any, per_workspace: int) -> bool:
-    """Whether the run's workspace holds fewer than `per_workspace` running sessions (rounds of
-    agents written in frameworks, F7, each holding a session worker's thread for as long as it
-    waits): one workspace's sessions waiting on people must not take every thread. A soft cap:
-    two workers may each see room for the last one."""
+    """Whether the run's workspace holds fewer than `per_workspace` running sessions (a glance:
+    `claim_session` is the check that holds)."""
     workspace_id = Run.objects.filter(pk=run_id).values_list("workspace_id", flat=True).first()
-    if workspace_id is None:
-        return True
-    running = Task.objects.filter(
-        kind="round",
-        status=TaskStatus.RUNNING,
-        claim__isnull=False,
-        run__workspace_id=workspace_id,
-        run__agent_version__manifest__harness__has_key="kind",
-    ).count()
-    return running < per_workspace
+    return workspace_id is None or running_sessions(workspace_id) < per_workspace
 
 
 def defer_queued(task_id: int) -> None:
@@ -94,22 +83,88 @@ def claim_task(run_id: Any, task_id: int, claim: str) -> Claimed | None:
         if task is None or task.kind not in KERNEL_EXECUTED:
             return None
         txn.remember([task])
-        if not approval_holds(txn, task):
-            return None
-        txn.move(
-            task,
-            TaskStatus.RUNNING,
-            ready=False,
-            claim=claim,
-            heartbeat_at=txn.now,
-            started_at=txn.now,
-            attempt=task.attempt + 1,
-            cancel_requested=False,
-            deadline_at=tool_deadline(task.spec, txn.now) if task.kind == "tool" else None,
-        )
-        # Taking a queued task cannot make the run quiescent: skip the settle queries.
-        txn.skip_check_run()
-        return claimed_from(task)
+        return _claim_held(txn, task, claim)
+
+
+# The advisory lock's first key: the session slots of one workspace (the second is its id's hash).
+SESSION_SLOTS_LOCK = 25_008
+
+
+@dataclass(frozen=True)
+class SessionClaim:
+    """What a session worker is given: the claim, or None; `full` when the workspace had no slot."""
+
+    claimed: Claimed | None
+    full: bool = False
+
+
+def claim_session(run_id: Any, task_id: int, claim: str, per_workspace: int) -> SessionClaim:
+    """Take a queued harnessed round (F7) for a session thread, unless its workspace already holds
+    `per_workspace` running sessions: a hard cap. The count and the claim are one transaction under
+    a PostgreSQL advisory lock of the workspace's, so two workers never both take its last slot.
+    A round left waiting for a slot says so once (`session_waiting` in the trace, `waiting_for_slot`
+    in its state, shown by the run's document and page) until a slot is free."""
+    if run_id is None:
+        run_id = Task.objects.filter(pk=task_id).values_list("run_id", flat=True).first()
+        if run_id is None:
+            return SessionClaim(None)
+    with locked(run_id, "worker") as txn:
+        if txn.run.status not in WORKING_RUN_STATUSES:
+            return SessionClaim(None)
+        task = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING, ready=True).first()
+        if task is None or task.kind not in KERNEL_EXECUTED:
+            return SessionClaim(None)
+        txn.remember([task])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [SESSION_SLOTS_LOCK, str(txn.run.workspace_id)])
+        running = running_sessions(txn.run.workspace_id)
+        if running >= per_workspace:
+            waiting = {"since": txn.now.isoformat(), "slots": per_workspace}
+            fields: dict[str, Any] = {"queued_at": txn.now}
+            if "waiting_for_slot" not in task.state:
+                task.state = {**task.state, "waiting_for_slot": waiting}
+                fields["state"] = task.state
+                txn.event(task.key, "session_waiting", data={"running": running, "slots": per_workspace})
+            Task.objects.filter(pk=task.pk, status=TaskStatus.WAITING).update(**fields)
+            txn.skip_check_run()
+            return SessionClaim(None, full=True)
+        if "waiting_for_slot" in task.state:
+            task.state = {k: v for k, v in task.state.items() if k != "waiting_for_slot"}
+            Task.objects.filter(pk=task.pk).update(state=task.state)
+        return SessionClaim(_claim_held(txn, task, claim))
+
+
+def running_sessions(workspace_id: Any) -> int:
+    """The workspace's harnessed rounds holding a session thread (running, claimed)."""
+    return Task.objects.filter(
+        kind="round",
+        status=TaskStatus.RUNNING,
+        claim__isnull=False,
+        run__workspace_id=workspace_id,
+        run__agent_version__manifest__harness__has_key="kind",
+    ).count()
+
+
+def _claim_held(txn: Txn, task: Task, claim: str) -> Claimed | None:
+    """Claim a queued task the transaction holds under the run lock (past the approval gate)."""
+    if not approval_holds(txn, task):
+        return None
+    txn.move(
+        task,
+        TaskStatus.RUNNING,
+        ready=False,
+        claim=claim,
+        heartbeat_at=txn.now,
+        started_at=txn.now,
+        attempt=task.attempt + 1,
+        cancel_requested=False,
+        deadline_at=tool_deadline(task.spec, txn.now)
+        if task.kind == "tool"
+        else (round_deadline(txn.run, txn.now) if task.kind == "round" else None),
+    )
+    # Taking a queued task cannot make the run quiescent: skip the settle queries.
+    txn.skip_check_run()
+    return claimed_from(task)
 
 
 def heartbeat(claim: str) -> bool:
@@ -188,12 +243,37 @@ def task_complete(
         task = held_task(txn, claimed)
         if task is None:
             return False
+        if task.kind == "round" and txn.run.status == RunStatus.CANCELING:
+            refuse_completion(txn, task, extra, state)
+            return False
         fields: dict[str, Any] = {"finished_at": txn.now, "claim": None}
         if state is not None:
             fields["state"] = dict(state)
         txn.complete([(task, value)], result=merge_result(txn, task, extra), **fields)
         release(txn, [task.key])
         return True
+
+
+COMPLETION_REFUSED = "run_canceling"
+
+
+def refuse_completion(txn: Txn, task: Task, extra: Mapping[str, Any] | None, state: Mapping[str, Any] | None) -> None:
+    """A round of a run being canceled is never `completed` (its answer may rest on a call the
+    cancel stopped): the report is refused, typed in the trace, and the round ends canceled like a
+    stopped one, keeping what the report carried (usage, stderr) but its value."""
+    txn.event(
+        task.key,
+        "report_refused",
+        data={
+            "report": "completed",
+            "key": COMPLETION_REFUSED,
+            "detail": "the run is being canceled: its round is not completed",
+        },
+    )
+    fields: dict[str, Any] = {"result": merge_result(txn, task, extra), "finished_at": txn.now, "claim": None}
+    if state is not None:
+        fields["state"] = dict(state)
+    txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), **fields)
 
 
 def task_fail(
@@ -242,13 +322,17 @@ def task_errored(claimed: Claimed, error: BaseException) -> bool:
         return True
 
 
-def task_stopped(claimed: Claimed) -> bool:
-    """The claimant stopped because the kernel asked it to (a run cancel)."""
+def task_stopped(claimed: Claimed, *, extra: Mapping[str, Any] | None = None) -> bool:
+    """The claimant stopped because the kernel asked it to (a run cancel); `extra` is what it
+    reports on the way out (a harness's usage and stderr), kept on the task's result."""
     with locked(claimed.run_id, "worker") as txn:
         task = held_task(txn, claimed)
         if task is None:
             return False
-        txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), finished_at=txn.now, claim=None)
+        fields: dict[str, Any] = {"finished_at": txn.now, "claim": None}
+        if extra:
+            fields["result"] = merge_result(txn, task, extra)
+        txn.move(task, TaskStatus.CANCELED, error=("run_canceled", None), **fields)
         return True
 
 

@@ -109,10 +109,16 @@ def execute_session(task_id: int, run_id: str | None = None) -> bool:
     it again later, so one workspace's sessions waiting on people never take every thread."""
     close_old_connections()
     slots = int(settings.OZ0_SESSION_SLOTS_PER_WORKSPACE)
-    if run_id is not None and not with_database(lambda: kernel.session_room(run_id, slots), f"session room of task {task_id}"):
-        with_database(lambda: kernel.defer_queued(task_id), f"deferring task {task_id}")
+    claim = new_claim()
+    # The workspace's count and the claim in one transaction, under its lock: the cap is hard.
+    taken = with_database(lambda: kernel.claim_session(run_id, task_id, claim, slots), f"claiming session {task_id}")
+    if taken.full:
         return False
-    execute_task(task_id, run_id)
+    if taken.claimed is None:
+        return True
+    claimed = taken.claimed
+    with Heartbeat(partial(kernel.heartbeat, claimed.claim), f"task {claimed.task_id}") as beat:
+        execute_claimed(claimed, beat.cancel)
     return True
 
 

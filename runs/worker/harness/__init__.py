@@ -12,9 +12,11 @@ import logging
 import threading
 from typing import Any, Protocol
 
+from django.conf import settings
+
 from runs import kernel
-from runs.kernel import Claimed, KernelError, check_storable
-from runs.models import Run, Task
+from runs.kernel import Claimed, KernelError, check_storable, round_timeout_seconds
+from runs.models import Run, Task, TaskStatus
 from runs.worker.harness.base import HarnessCanceled, HarnessError, HarnessSession, HarnessUnavailable, JobEnded
 
 log = logging.getLogger(__name__)
@@ -51,16 +53,26 @@ def run_harnessed_round(claimed: Claimed, cancel: threading.Event) -> None:
     state.pop("expired_claims", None)
     session = HarnessSession(claimed=claimed, task=task, run=run, manifest=manifest, cancel=cancel, state=state)
     kind = str(session.harness.get("kind"))
+    seconds = round_timeout_seconds(session.harness) or float(settings.OZ0_ROUND_TIMEOUT_SECONDS)
+    deadline = threading.Timer(seconds, session.expire)
+    deadline.daemon = True
+    deadline.start()
     try:
         output = adapter_for(kind).run(session)
         check_storable(output)
     except JobEnded:
         return
     except HarnessCanceled:
-        kernel.task_stopped(claimed)
+        if session.timed_out.is_set():
+            _timed_out(session, seconds)
+            return
+        kernel.task_stopped(claimed, extra=session.extra())
         return
     except HarnessError as error:
         session.stderr = error.stderr or session.stderr
+        if session.timed_out.is_set():
+            _timed_out(session, seconds)
+            return
         kernel.task_fail(claimed, error.key, error.detail, extra=session.extra(), state=session.state)
         return
     except KernelError as error:
@@ -68,7 +80,28 @@ def run_harnessed_round(claimed: Claimed, cancel: threading.Event) -> None:
             claimed, "harness_protocol_error", f"the harness's output cannot be stored: {error.detail}", extra=session.extra()
         )
         return
-    if cancel.is_set():
-        kernel.task_stopped(claimed)
+    finally:
+        deadline.cancel()
+    if session.timed_out.is_set():
+        _timed_out(session, seconds)
         return
+    if cancel.is_set():
+        kernel.task_stopped(claimed, extra=session.extra())
+        return
+    # Refused (typed, in the trace) when the run is being canceled meanwhile: a canceling run's
+    # round is never `completed`.
     kernel.task_complete(claimed, output, extra=session.extra(), state=session.state)
+
+
+def _timed_out(session: HarnessSession, seconds: float) -> None:
+    """The round ran past its deadline (F7): its process was killed; `round_timeout`, kind `timeout`,
+    with what it wrote on stderr and the tokens it reported, under the round's own policy."""
+    kernel.task_fail(
+        session.claimed,
+        "round_timeout",
+        f"the round ran past its deadline of {seconds:g} s (harness.timeout_s, else OZ0_ROUND_TIMEOUT_SECONDS); "
+        "its process was killed",
+        status=TaskStatus.TIMED_OUT,
+        extra=session.extra(),
+        state=session.state,
+    )

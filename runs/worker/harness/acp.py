@@ -225,8 +225,9 @@ async def _converse(session: HarnessSession, calls: CallServer, jail: Confined) 
                     if turn.done():
                         break
                     if session.cancel.is_set() or calls.canceled.is_set() or calls.ended.is_set() or client.canceled:
-                        await conn.cancel(session_id=opened.session_id)
-                        await asyncio.wait([turn], timeout=CANCEL_GRACE_SECONDS)
+                        if not session.timed_out.is_set():  # past its deadline it is stopped at once
+                            await conn.cancel(session_id=opened.session_id)
+                            await asyncio.wait([turn], timeout=CANCEL_GRACE_SECONDS)
                         await _stop(process)
                         if calls.ended.is_set():
                             raise JobEnded()

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from runs import kernel
 from runs.kernel import Claimed
-from runs.models import Run, Task, TaskStatus
+from runs.models import Run, RunStatus, Task, TaskStatus
 from runs.tools import get_tool
 from runs.worker.child_answers import child_message, delegate_schema
 from runs.worker.round_driver import tool_message
@@ -123,6 +123,15 @@ class HarnessSession:
     state: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "calls": 0})
     stderr: str = ""
+    # The live stderr of the harness process while it runs (its channel's), read when a report is made.
+    stderr_source: Callable[[], str] | None = None
+    # Set when the round's deadline passed (`expire`): the adapter kills its process, no grace.
+    timed_out: threading.Event = field(default_factory=threading.Event)
+
+    def expire(self) -> None:
+        """The round's deadline passed: stop the harness as a cancel would, but as a timeout."""
+        self.timed_out.set()
+        self.cancel.set()
 
     @property
     def harness(self) -> dict[str, Any]:
@@ -192,6 +201,14 @@ class HarnessSession:
         if self.cancel.is_set():
             raise HarnessCanceled()
 
+    def check_stopping(self) -> None:
+        """Ask the database, not only the heartbeat, whether the round must stop: its run is being
+        canceled, a stop was asked of it, or its claim is gone. Then `HarnessCanceled`."""
+        row = Task.objects.filter(pk=self.task.pk).values_list("status", "claim", "cancel_requested", "run__status").first()
+        if row is None or row[0] != TaskStatus.RUNNING or row[1] != self.claimed.claim or row[2] or row[3] == RunStatus.CANCELING:
+            self.cancel.set()
+            raise HarnessCanceled()
+
     def bill(self, usage: Mapping[str, Any] | None, *, calls: int = 1) -> None:
         """Add the tokens a framework reports (`calls`: how many model requests they cover)."""
         if not usage:
@@ -204,8 +221,9 @@ class HarnessSession:
 
     def extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"usage": dict(self.usage), "harness": self.harness.get("kind")}
-        if self.stderr:
-            extra["stderr"] = self.stderr[-STDERR_KEPT:]
+        stderr = self.stderr_source() if self.stderr_source is not None and not self.stderr else self.stderr
+        if stderr:
+            extra["stderr"] = stderr[-STDERR_KEPT:]
         return extra
 
     def call_tool(self, name: Any, args: Any) -> CallResult:
@@ -254,6 +272,14 @@ class HarnessSession:
             raise HarnessCanceled()  # the claim is gone or the run stops
         # max: a framework may run calls in parallel threads, and their reports may come back out of order.
         self.state["authored"] = max(int(self.state.get("authored", 0)), int(key.rsplit(".", 1)[1]))
+        # The kernel notes the non-replayable calls on the round (kernel.round_call); the session's
+        # report replaces the round's state, so it carries them on.
+        noted = Task.objects.filter(pk=self.task.pk).values_list("state", flat=True).first() or {}
+        if noted.get("nonreplayable_calls"):
+            self.state["nonreplayable_calls"] = sorted(
+                {*self.state.get("nonreplayable_calls", []), *noted["nonreplayable_calls"]},
+                key=lambda k: int(k.rsplit(".", 1)[1]),
+            )
         while True:
             source = Task.objects.filter(run_id=self.run.pk, key=key).first()
             if source is None:
@@ -262,6 +288,9 @@ class HarnessSession:
                 break
             if self.cancel.wait(POLL_SECONDS):
                 raise HarnessCanceled()
+        # A cancel settles the calls it stops at once, before the heartbeat carries it here: the
+        # harness is told `cancel`, never handed the stopped call's failure to answer around.
+        self.check_stopping()
         if source.kind == "await" and source.status == TaskStatus.COMPLETED:
             return CallResult(ok=True, value=(source.result or {}).get("value"))
         message = child_message(source) if source.kind == "delegate" else tool_message(source)

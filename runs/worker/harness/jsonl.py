@@ -87,6 +87,7 @@ def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
     if not argv:
         raise HarnessUnavailable("the harness names no program")
     channel = Channel.spawn(confined(session, argv, env, reads))
+    session.stderr_source = channel.stderr_text
     try:
         channel.send(session.start_message())
         while True:
@@ -97,6 +98,8 @@ def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
             kind = message.get("type")
             if kind == "done":
                 return message.get("output")
+            if kind == "usage":
+                continue  # tokens spent with no call to carry them (a bridge about to crash): billed above
             if kind != "call":
                 raise HarnessProtocolError(f"the harness sent a message of type {kind!r}; it sends `call` or `done`")
             call_id, tool, args = message.get("id"), message.get("tool"), message.get("args", {})
@@ -105,6 +108,7 @@ def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
             if not isinstance(args, Mapping):
                 raise HarnessProtocolError(f"call {call_id!r}'s `args` is not an object")
             if tool == "oz.fail":
+                channel.settle_stderr()  # what it wrote before ending the job is kept on the round
                 session.fail(args.get("kind"), args.get("message"))
             if tool == "oz.ask":
                 result = session.ask(args.get("question"))
@@ -114,14 +118,19 @@ def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
                 result = session.call_tool(tool, args)
             channel.send(result.as_message(call_id))
     except HarnessCanceled:
-        channel.cancel()
+        if session.timed_out.is_set():
+            channel.kill()  # past its deadline: no `cancel` line, no grace
+        else:
+            channel.cancel()
         raise
     except HarnessError as error:
+        channel.close()
         error.stderr = channel.stderr_text()
         raise
     finally:
-        session.stderr = channel.stderr_text()
+        # Closed first: the stderr kept is all the process wrote, up to its end.
         channel.close()
+        session.stderr = channel.stderr_text()
 
 
 class Channel:
@@ -132,6 +141,7 @@ class Channel:
         self.confined = confined
         self.lines: queue.Queue[Any] = queue.Queue()
         self._stderr = bytearray()
+        self._closed = False
         self._readers = [
             threading.Thread(target=self._read_lines, args=(process.stdout,), daemon=True),
             threading.Thread(target=self._read_stderr, args=(process.stderr,), daemon=True),
@@ -179,6 +189,15 @@ class Channel:
                     del self._stderr[: len(self._stderr) - STDERR_BUFFER]
         except (OSError, ValueError):
             pass
+
+    def settle_stderr(self, quiet: float = 0.05, most: float = 0.5) -> None:
+        """Wait (at most `most` seconds) until stderr has been quiet for `quiet` seconds: a line the
+        harness wrote just before its last message is read before the round is reported."""
+        deadline = time.monotonic() + most
+        seen = -1
+        while time.monotonic() < deadline and seen != len(self._stderr):
+            seen = len(self._stderr)
+            time.sleep(quiet)
 
     def stderr_text(self) -> str:
         return bytes(self._stderr).decode("utf-8", "replace").replace("\x00", "")
@@ -241,6 +260,11 @@ class Channel:
             return
         self._signal(signal.SIGKILL)
 
+    def kill(self) -> None:
+        """The round's deadline passed: its process group is killed at once."""
+        self._signal(signal.SIGKILL)
+        self._exited_within(EXIT_WAIT_SECONDS)
+
     def _exited_within(self, seconds: float) -> bool:
         try:
             self.process.wait(timeout=seconds)
@@ -256,6 +280,9 @@ class Channel:
 
     def close(self) -> None:
         """Whatever happened, no process is left behind: stdin closed, then a kill if it lingers."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()

@@ -134,7 +134,9 @@ def oz0_tools(start: dict[str, Any]) -> list[Any]:
     @function_tool(name_override="oz__fail", failure_error_function=None)
     def oz_fail(kind: str, message: str) -> str:
         """End the job in failure with one of your declared failure kinds and a message in your own words."""
-        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": {"kind": kind, "message": message}})
+        # The tokens spent so far ride on the call: the job ends here, with no `done` to carry them.
+        args = {"kind": kind, "message": message}
+        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": args, "usage": usage_so_far()})
         raise JobEnded()
 
     @function_tool(name_override="oz__ask")
@@ -190,6 +192,7 @@ async def drive(agent: Any, start: dict[str, Any]) -> Any:
     run_input: Any = prompt_of(start)
     while True:
         result = Runner.run_streamed(current, input=run_input)
+        _runs.append(result)
         inbox.on_cancel = lambda result=result: loop.call_soon_threadsafe(result.cancel)
         if inbox.canceled.is_set():
             result.cancel()
@@ -206,6 +209,18 @@ async def drive(agent: Any, start: dict[str, Any]) -> Any:
             else:
                 state.reject(item, rejection_message=as_tool_output(answer))
         run_input = state
+
+
+# The streamed runs of the job (a run paused for approvals resumes as another): their usage so far.
+_runs: list[Any] = []
+
+
+def usage_so_far() -> dict[str, int]:
+    """The tokens the job's latest run has counted (a resumed run carries its state's usage)."""
+    usage = _runs[-1].context_wrapper.usage if _runs else None
+    if usage is None:
+        return {"input_tokens": 0, "output_tokens": 0, "requests": 0}
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "requests": usage.requests}
 
 
 def check(target: str) -> None:
@@ -235,6 +250,7 @@ def main() -> None:
             return
         if inbox.canceled.is_set() or _caused_by(error, Canceled):
             return
+        send({"type": "usage", "usage": usage_so_far()})  # billed although the run crashed
         raise
     if inbox.canceled.is_set():
         return

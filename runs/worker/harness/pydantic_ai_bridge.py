@@ -144,7 +144,9 @@ def toolset(start: dict[str, Any]) -> Any:
     from pydantic_ai import FunctionToolset, Tool
 
     def oz_fail(kind: str, message: str) -> None:
-        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": {"kind": kind, "message": message}})
+        # The tokens spent so far ride on the call: the job ends here, with no `done` to carry them.
+        args = {"kind": kind, "message": message}
+        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": args, "usage": usage_so_far()})
         raise JobEnded()
 
     def oz_ask(question: str) -> Any:
@@ -184,7 +186,7 @@ async def approvals(ctx: Any, requests: Any) -> Any:
 
 
 async def drive(agent: Any, start: dict[str, Any]) -> Any:
-    from pydantic_ai import CancellationToken, DeferredToolRequests
+    from pydantic_ai import CancellationToken, DeferredToolRequests, capture_run_messages
     from pydantic_ai.capabilities import HandleDeferredToolCalls
 
     inbox.token = CancellationToken()
@@ -195,17 +197,35 @@ async def drive(agent: Any, start: dict[str, Any]) -> Any:
         prompt = "Begin."
     elif not isinstance(prompt, str):
         prompt = json.dumps(prompt, sort_keys=True)
-    result = await agent.run(
-        prompt,
-        toolsets=[toolset(start)],
-        instructions=str(start.get("instructions") or "") or None,
-        cancellation_token=inbox.token,
-        capabilities=[HandleDeferredToolCalls(handler=approvals)],
-    )
+    with capture_run_messages() as messages:
+        _captured.append(messages)
+        result = await agent.run(
+            prompt,
+            toolsets=[toolset(start)],
+            instructions=str(start.get("instructions") or "") or None,
+            cancellation_token=inbox.token,
+            capabilities=[HandleDeferredToolCalls(handler=approvals)],
+        )
     if isinstance(result.output, DeferredToolRequests):
         names = sorted({part.tool_name for part in result.output.calls})
         sys.exit(f"the agent left calls to be run outside it ({', '.join(names)}), which oz0 does not run")
     return result
+
+
+# The run's messages as Pydantic AI captures them: its model responses carry each request's usage.
+_captured: list[list[Any]] = []
+
+
+def usage_so_far() -> dict[str, int]:
+    """The tokens of every model response of the run so far (what `oz.fail` and a crash report)."""
+    from pydantic_ai.messages import ModelResponse
+
+    responses = [m for messages in _captured for m in messages if isinstance(m, ModelResponse)]
+    return {
+        "input_tokens": sum(r.usage.input_tokens or 0 for r in responses),
+        "output_tokens": sum(r.usage.output_tokens or 0 for r in responses),
+        "requests": len(responses),
+    }
 
 
 def check(target: str) -> None:
@@ -233,6 +253,7 @@ def main() -> None:
     except BaseException as error:
         if _caused_by(error, JobEnded) or inbox.canceled.is_set() or _caused_by(error, Canceled):
             return
+        send({"type": "usage", "usage": usage_so_far()})  # billed although the run crashed
         raise
     if inbox.canceled.is_set():
         return

@@ -155,3 +155,24 @@ def _chatty(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 chatty = Agent(FunctionModel(_chatty))
+
+
+def _crashes_after_a_call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts):
+        raise RuntimeError("the model fell over")
+    return ModelResponse(parts=[ToolCallPart("test__echo", {"value": 1})], usage=RequestUsage(input_tokens=11, output_tokens=5))
+
+
+crashes_after_a_call = Agent(FunctionModel(_crashes_after_a_call))
+
+
+def _fails_after_a_call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts):
+        return ModelResponse(
+            parts=[ToolCallPart("oz__fail", {"kind": "not_found", "message": "gone"})],
+            usage=RequestUsage(input_tokens=7, output_tokens=2),
+        )
+    return ModelResponse(parts=[ToolCallPart("test__echo", {"value": 1})], usage=RequestUsage(input_tokens=11, output_tokens=5))
+
+
+fails_after_a_call = Agent(FunctionModel(_fails_after_a_call))

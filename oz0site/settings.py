@@ -172,6 +172,11 @@ PASSWORD_HASHERS = env.list(
     ],
 )
 
+# The sign-in throttle first: it refuses a throttled (address, name) on every sign-in path (the
+# console's, the admin's) before a password is hashed; importing it connects the failure counter
+# to `user_login_failed` (oz0site/login.py).
+AUTHENTICATION_BACKENDS = ["oz0site.login.ThrottleBackend", "django.contrib.auth.backends.ModelBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

@@ -103,14 +103,12 @@ def forget_failures(sender: Any, request: HttpRequest | None, user: Any, **kwarg
 class ThrottleBackend:
     """First in AUTHENTICATION_BACKENDS: a throttled (address, name) is refused before any backend
     checks a password, on every sign-in path. PermissionDenied stops `authenticate()` there (and
-    it still sends `user_login_failed`, so guessing on keeps the counter full)."""
+    it still sends `user_login_failed`, so guessing on keeps the counter full). It has no
+    `get_user`, so no session ever names it (the test client's `force_login` skips it)."""
 
     def authenticate(self, request: HttpRequest | None, username: Any = None, **kwargs: Any) -> None:
         if request is not None and username is not None and throttled(request, username):
             raise PermissionDenied("too many failed sign-ins")
-        return None
-
-    def get_user(self, user_id: Any) -> None:
         return None
 
 

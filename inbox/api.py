@@ -7,6 +7,7 @@ from ninja import Router, Schema
 from pydantic import ConfigDict
 
 from inbox import selectors
+from oz0site.auth import person_auth
 from runs.kernel import InvalidRequest
 from runs.schemas import ErrorOut
 
@@ -50,6 +51,7 @@ class InboxPage(Schema):
 
 @router.get(
     "/inbox",
+    auth=person_auth(rate="read"),
     response={200: InboxPage, 400: ErrorOut, 401: ErrorOut},
     exclude_unset=True,
     summary="Everything waiting on a person",

@@ -10,6 +10,7 @@ from pydantic import ConfigDict
 
 from insights import catalog as catalog_module
 from insights import search, selectors
+from oz0site.auth import person_auth
 from runs import selectors as run_selectors
 from runs.kernel import InvalidRequest, NotFound
 from runs.schemas import ErrorOut
@@ -122,7 +123,12 @@ class CatalogOut(Schema):
     platform_kinds: list[PlatformKind]
 
 
-@router.get("/findings", response={200: FindingPage, **ERRORS}, summary="Search failed runs' findings (F18)")
+@router.get(
+    "/findings",
+    auth=person_auth(rate="read"),
+    response={200: FindingPage, **ERRORS},
+    summary="Search failed runs' findings (F18)",
+)
 def findings(
     request: HttpRequest, q: str = "", cursor: str | None = None, limit: int = 50, workspace: str | None = None
 ) -> dict[str, Any]:
@@ -130,7 +136,12 @@ def findings(
     return search.search_findings(request.user, q, cursor=cursor, limit=limit, workspace=workspace)
 
 
-@router.get("/insights/agents/{agent}", response={200: ScorecardOut, **ERRORS}, summary="An agent's scorecard (F18)")
+@router.get(
+    "/insights/agents/{agent}",
+    auth=person_auth(rate="read"),
+    response={200: ScorecardOut, **ERRORS},
+    summary="An agent's scorecard (F18)",
+)
 def agent_scorecard(
     request: HttpRequest,
     agent: str,
@@ -156,6 +167,7 @@ def agent_scorecard(
 
 @router.get(
     "/catalog",
+    auth=person_auth(rate="read"),
     response={200: CatalogOut, 401: ErrorOut},
     summary="Agents with their failure kinds, and the platform's kinds (F9, F13)",
 )

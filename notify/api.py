@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 
 from notify import subscriptions
+from oz0site.auth import person_auth
 from runs.api import body_of
 from runs.schemas import ErrorOut
 
@@ -82,6 +83,7 @@ CREATE_BODY = {
 
 @router.post(
     "/subscriptions",
+    auth=person_auth("viewer", where="any", rate="write", missing="workspace"),
     response={201: SubscriptionCreated, **ERRORS},
     openapi_extra={"requestBody": CREATE_BODY},
     summary="Subscribe to approvals, questions or holds of a workspace (the webhook secret is shown once)",
@@ -91,7 +93,12 @@ def create_subscription(request: HttpRequest) -> tuple[int, dict[str, Any]]:
     return 201, subscriptions.document(row, secret=secret)
 
 
-@router.delete("/subscriptions/{subscription_id}", response={204: None, **ERRORS}, summary="Delete one of your subscriptions")
+@router.delete(
+    "/subscriptions/{subscription_id}",
+    auth=person_auth(rate="write"),
+    response={204: None, **ERRORS},
+    summary="Delete one of your subscriptions",
+)
 def delete_subscription(request: HttpRequest, subscription_id: int) -> tuple[int, None]:
     subscriptions.delete(request.user, subscription_id)
     return 204, None

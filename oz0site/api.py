@@ -23,7 +23,7 @@ from runs.audit_api import router as audit_router
 from runs.executor_api.router import router as executors_router
 from runs.holds_api import router as holds_router
 from runs.kernel import KernelError
-from runs.schemas import parse_body
+from runs.schemas import read_body
 
 # Who asked for the OpenAPI document: its `x-oz0-failures` lists the agents of their workspaces.
 _openapi_caller: ContextVar[Any] = ContextVar("oz0_openapi_caller", default=None)
@@ -63,10 +63,11 @@ class Oz0Api(NinjaAPI):
 
 class StrictJsonParser(Parser):
     """Parses bodies the way the row store needs: NUL bytes, exponent numbers and oversized
-    payloads are refused typed (S30, S31) before any handler runs."""
+    payloads are refused typed (S30, S31) before any handler runs. It runs after the route's auth
+    (`oz0site.auth.person_auth`), which checked the caller's standing and set the body's cap."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        body = parse_body(request.body)
+        body = read_body(request)
         request._oz0_body = body  # type: ignore[attr-defined]
         return body
 

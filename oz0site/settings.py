@@ -223,6 +223,13 @@ X_FRAME_OPTIONS = "DENY"
 OZ0_TEST_TOOLS = env.bool("OZ0_TEST_TOOLS", default=False)
 # The most /wait requests one user may have open at once (429 `too_many_waits` past it).
 OZ0_WAITS_PER_USER = env.int("OZ0_WAITS_PER_USER", default=16)
+# The JSON API's bodies: a verb's (everything but a run's create and append, which keep the row
+# store's 1 MiB) is refused 413 `payload_too_large` past this many bytes, before it is read.
+OZ0_VERB_BODY_MAX = env.int("OZ0_VERB_BODY_MAX", default=64 * 1024)
+# Per-user request rates (oz0site/ratelimit.py): writes, and the expensive reads, per window; 0: no limit.
+OZ0_RATE_WRITES = env.int("OZ0_RATE_WRITES", default=1200)
+OZ0_RATE_READS = env.int("OZ0_RATE_READS", default=1200)
+OZ0_RATE_WINDOW_SECONDS = env.float("OZ0_RATE_WINDOW_SECONDS", default=60.0)
 # The longest `test.sleep` (and `test.effect`'s stay): a worker slot is shared by every workspace.
 OZ0_TEST_SLEEP_MAX = env.float("OZ0_TEST_SLEEP_MAX", default=60.0)
 # A claimed call whose holder has not heartbeaten for this long is presumed dead.

@@ -7,6 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Schema
 
+from oz0site.auth import person_auth
 from runs import audit, selectors
 from runs.schemas import ErrorOut
 
@@ -36,6 +37,7 @@ class AuditPage(Schema):
 
 @router.get(
     "/workspaces/{ws}/audit",
+    auth=person_auth("viewer", where="ws", rate="read"),
     response={200: AuditPage, 400: ErrorOut, 401: ErrorOut, 404: ErrorOut},
     summary="Who did what to which run, when and why",
 )

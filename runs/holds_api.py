@@ -15,6 +15,7 @@ from ninja import Router, Schema
 
 from console.bulk_repair import bulk_repair
 from console.holds import parse_hold_filter
+from oz0site.auth import person_auth
 from runs import kernel, selectors
 from runs.api import ERRORS, body_fields
 from runs.kernel import InvalidRequest
@@ -69,6 +70,7 @@ def _bulk(request: HttpRequest, ws: str, verb: str) -> dict[str, Any]:
 
 @router.post(
     "/workspaces/{ws}/holds/retry",
+    auth=person_auth("operator", where="ws", rate="write"),
     response={200: BulkRepairOut, **ERRORS},
     summary="Retry many held runs (S14)",
     exclude_none=True,
@@ -79,6 +81,7 @@ def retry_holds(request: HttpRequest, ws: str) -> dict[str, Any]:
 
 @router.post(
     "/workspaces/{ws}/holds/abandon",
+    auth=person_auth("operator", where="ws", rate="write"),
     response={200: BulkRepairOut, **ERRORS},
     summary="Abandon many held runs (S14)",
     exclude_none=True,

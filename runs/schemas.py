@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from django.conf import settings
+from django.http import HttpRequest
 from pydantic import BaseModel, ConfigDict, Field
 
 from runs.kernel import MAX_DEPTH, MAX_PAYLOAD_BYTES, InvalidRequest, KernelError, check_storable
@@ -36,10 +38,35 @@ def _reject_constant(name: str) -> float:
     raise InvalidRequest("invalid_number", f"{name} is not a number the row store can hold")
 
 
-def parse_body(raw: bytes) -> Any:
+def body_cap(request: HttpRequest) -> int:
+    """The route's cap on its body: what its auth declared (`oz0site.auth.Route.body_max`), else a
+    verb's (`OZ0_VERB_BODY_MAX`); never above the row store's 1 MiB."""
+    declared = getattr(request, "_oz0_body_max", None)
+    return min(int(declared or settings.OZ0_VERB_BODY_MAX), MAX_PAYLOAD_BYTES)
+
+
+def refuse_declared_length(request: HttpRequest) -> None:
+    """413 when the request's Content-Length is past the route's cap: called by the route's auth,
+    before anything reads the body (ninja reads `request.body` before it calls the parser)."""
+    cap = body_cap(request)
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > cap:
+        raise PayloadTooLarge("payload_too_large", f"the body is {declared} bytes; this request's cap is {cap}")
+
+
+def read_body(request: HttpRequest) -> Any:
+    """The request's body, parsed, refused 413 past the route's cap."""
+    refuse_declared_length(request)
+    return parse_body(request.body, cap=body_cap(request))
+
+
+def parse_body(raw: bytes, *, cap: int = MAX_PAYLOAD_BYTES) -> Any:
     """Parse a JSON request body, refusing what the row store cannot hold (S30, S31)."""
-    if len(raw) > MAX_PAYLOAD_BYTES:
-        raise PayloadTooLarge("payload_too_large", f"the body is {len(raw)} bytes; the cap is {MAX_PAYLOAD_BYTES}")
+    if len(raw) > cap:
+        raise PayloadTooLarge("payload_too_large", f"the body is {len(raw)} bytes; this request's cap is {cap}")
     if not raw.strip():
         return {}
     try:

@@ -29,6 +29,8 @@ class ExecutorAuth(HttpBearer):
         executor = service.authenticate(token)
         if executor is not None:
             request.executor = executor  # type: ignore[attr-defined]
+            # A call's result carries its output: the row store's cap, not a verb's.
+            request._oz0_body_max = kernel.MAX_PAYLOAD_BYTES  # type: ignore[attr-defined]
         return executor
 
 
@@ -82,7 +84,12 @@ class RevokedOut(Schema):
     failed_calls: int
 
 
-@router.post("/executors", response={201: RegisteredOut, **ERRORS}, auth=person_auth(), summary="Register an executor (S8)")
+@router.post(
+    "/executors",
+    response={201: RegisteredOut, **ERRORS},
+    auth=person_auth("operator", where="any", rate="write"),
+    summary="Register an executor (S8)",
+)
 def register(request: HttpRequest, payload: RegisterIn) -> tuple[int, dict[str, Any]]:
     body = body_of(request) or {}
     registered = service.register(

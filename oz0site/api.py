@@ -86,13 +86,13 @@ api = Oz0Api(
 )
 
 
-def error_response(request: HttpRequest, key: str, detail: str, status: int) -> HttpResponse:
-    return api.create_response(request, {"error": {"key": key, "detail": detail}}, status=status)
+def error_response(request: HttpRequest, key: str, detail: str, status: int, **extra: Any) -> HttpResponse:
+    return api.create_response(request, {"error": {**extra, "key": key, "detail": detail}}, status=status)
 
 
 @api.exception_handler(KernelError)
 def kernel_error(request: HttpRequest, error: KernelError) -> HttpResponse:
-    response = error_response(request, error.key, error.detail, error.status)
+    response = error_response(request, error.key, error.detail, error.status, **getattr(error, "extra", {}))
     retry_after = getattr(error, "retry_after", None)
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)

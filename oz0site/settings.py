@@ -230,6 +230,11 @@ OZ0_VERB_BODY_MAX = env.int("OZ0_VERB_BODY_MAX", default=64 * 1024)
 OZ0_RATE_WRITES = env.int("OZ0_RATE_WRITES", default=1200)
 OZ0_RATE_READS = env.int("OZ0_RATE_READS", default=1200)
 OZ0_RATE_WINDOW_SECONDS = env.float("OZ0_RATE_WINDOW_SECONDS", default=60.0)
+# Each workspace's quotas (0: none), refused 429/403 `quota_exceeded` naming the quota: runs not
+# finished, tasks one run holds from people's creates and appends, bytes of its runs' stored inputs.
+OZ0_QUOTA_ACTIVE_RUNS = env.int("OZ0_QUOTA_ACTIVE_RUNS", default=1000)
+OZ0_QUOTA_TASKS_PER_RUN = env.int("OZ0_QUOTA_TASKS_PER_RUN", default=20_000)
+OZ0_QUOTA_INPUT_BYTES = env.int("OZ0_QUOTA_INPUT_BYTES", default=10 * 1024**3)
 # The longest `test.sleep` (and `test.effect`'s stay): a worker slot is shared by every workspace.
 OZ0_TEST_SLEEP_MAX = env.float("OZ0_TEST_SLEEP_MAX", default=60.0)
 # A claimed call whose holder has not heartbeaten for this long is presumed dead.

@@ -118,8 +118,13 @@ class OpenOut(Out):
 
 
 class ErrorBody(Out):
+    """A typed refusal. Some carry more: a quota's `quota` (its name) and `limit`."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
     key: str
     detail: str = ""
+    quota: str | None = None
+    limit: int | None = None
 
 
 class ErrorOut(Out):

@@ -46,8 +46,16 @@ from runs.kernel.compile import (
     delegate_call_spec,
 )
 from runs.kernel.delegation import cancel_child, settle_parent, sweep_delegations, words_of
-from runs.kernel.errors import Conflict, ContentHidden, Forbidden, InvalidRequest, KernelError, NotFound
-from runs.kernel.expansion import append, await_token_digest, create_run
+from runs.kernel.errors import (
+    Conflict,
+    ContentHidden,
+    Forbidden,
+    InvalidRequest,
+    KernelError,
+    NotFound,
+    QuotaExceeded,
+)
+from runs.kernel.expansion import append, await_token_digest, create_run, input_bytes, quota_limits
 from runs.kernel.graph import (
     ASKING_STATUSES,
     FAILED_STATUSES,
@@ -130,6 +138,9 @@ __all__ = [
     "GuardError",
     "InvalidRequest",
     "KernelError",
+    "QuotaExceeded",
+    "input_bytes",
+    "quota_limits",
     "LeasedCall",
     "NotFound",
     "Outcome",

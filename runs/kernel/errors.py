@@ -10,6 +10,8 @@ class KernelError(Exception):
         super().__init__(f"{key}: {detail}" if detail else key)
         self.key = key
         self.detail = detail
+        # Fields the API's error body carries besides key and detail (a quota's name and limit).
+        self.extra: dict[str, object] = {}
         if status is not None:
             self.status = status
 
@@ -44,3 +46,12 @@ class ContentHidden(KernelError):
 
     def __init__(self, detail: str = "deciding this needs to read it: the run's words are hidden from you") -> None:
         super().__init__("content_hidden", detail)
+
+
+class QuotaExceeded(KernelError):
+    """A workspace's quota would be passed: nothing was written. 429 for what frees itself (active
+    runs finish), 403 for what does not (a run's tasks, the workspace's stored input)."""
+
+    def __init__(self, quota: str, limit: int, detail: str, *, status: int) -> None:
+        super().__init__("quota_exceeded", detail, status=status)
+        self.extra = {"quota": quota, "limit": limit}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Query, Router, Schema
+from pydantic import Field
 
 from agents import access
 from agents.lint import InvalidManifest, Linted, lint
@@ -14,7 +15,7 @@ from agents.registry import agents_of, register
 from oz0site.auth import person_auth
 from runs.kernel import MAX_PAYLOAD_BYTES, NotFound
 from runs.models import Workspace
-from runs.schemas import ErrorBody, ErrorOut
+from runs.schemas import SLUG_PATTERN, SLUG_QUERY, ErrorBody, ErrorOut
 
 router = Router(tags=["agents"])
 
@@ -27,13 +28,13 @@ ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: Erro
 
 
 class ManifestIn(Schema):
-    manifest: str
+    manifest: str = Field(min_length=1)
     # The agent's workspace; left out, the one workspace the caller operates (lint: any role).
-    workspace: str | None = None
+    workspace: str | None = Field(default=None, min_length=1, max_length=64, pattern=SLUG_PATTERN)
 
 
 class WorkspaceManifestIn(Schema):
-    manifest: str
+    manifest: str = Field(min_length=1)
 
 
 class ProblemOut(Schema):
@@ -182,7 +183,7 @@ def lint_agent(request: HttpRequest, payload: ManifestIn) -> dict[str, Any]:
     response={200: AgentPage, **ERRORS},
     summary="The agents of your workspaces, each at its latest version",
 )
-def list_agents(request: HttpRequest, workspace: str | None = None) -> dict[str, Any]:
+def list_agents(request: HttpRequest, workspace: str | None = Query(None, **SLUG_QUERY)) -> dict[str, Any]:
     return {"items": [_agent_document(v) for v in access.visible_versions(request.user, workspace)]}
 
 
@@ -212,7 +213,7 @@ def _detail(request: HttpRequest, agent: Agent) -> dict[str, Any]:
 
 
 @router.get("/agents/{name}", response={200: AgentDetail, **ERRORS}, summary="One agent at its latest version")
-def get_agent(request: HttpRequest, name: str, workspace: str | None = None) -> dict[str, Any]:
+def get_agent(request: HttpRequest, name: str, workspace: str | None = Query(None, **SLUG_QUERY)) -> dict[str, Any]:
     """The agent of that name in `workspace`, or in the one of your workspaces that has one.
     Its instructions and manifest text are content: null for a viewer."""
     return _detail(request, access.agent_for(request.user, name, workspace))

@@ -1,15 +1,15 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Query, Router, Schema
 from pydantic import ConfigDict
 
 from inbox import selectors
 from oz0site.auth import person_auth
 from runs.kernel import InvalidRequest
-from runs.schemas import ErrorOut
+from runs.schemas import SLUG_QUERY, TEXT_QUERY, ErrorOut
 
 router = Router(tags=["inbox"])
 
@@ -58,9 +58,9 @@ class InboxPage(Schema):
 )
 def inbox(
     request: HttpRequest,
-    workspace: str | None = None,
-    kind: str | None = None,
-    agent: str | None = None,
+    workspace: str | None = Query(None, **SLUG_QUERY),
+    kind: Literal["approval", "question", "hold"] | None = None,
+    agent: str | None = Query(None, **TEXT_QUERY),
     cursor: str | None = None,
     limit: int = 50,
 ) -> dict[str, Any]:

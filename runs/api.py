@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Query, Router
 
 from oz0site.auth import person_auth
 from runs import idempotency, kernel, selectors, waits
@@ -15,6 +15,7 @@ from runs.kernel import MAX_PAYLOAD_BYTES, InvalidRequest, NotFound
 from runs.models import EffectRecord
 from runs.permissions import can_read_content
 from runs.schemas import (
+    SLUG_QUERY,
     Appended,
     AppendIn,
     AwaitOutcomeIn,
@@ -154,7 +155,12 @@ def trace(request: HttpRequest, run_id: str, after: int = 0, limit: int = 10_000
 @router.get(
     "/runs/{run_id}/wait", auth=READ_RUN, response={200: WaitOut, **ERRORS}, by_alias=True, summary="Wait for events past a seq"
 )
-async def wait(request: HttpRequest, run_id: str, after: int = 0, timeout: float = 30.0) -> dict[str, Any]:
+async def wait(
+    request: HttpRequest,
+    run_id: str,
+    after: int = 0,
+    timeout: float = Query(30.0, ge=0, le=waits.WAIT_MAX_SECONDS, allow_inf_nan=False),
+) -> dict[str, Any]:
     """Blocks until an event past `after` exists or the timeout (at most 60 s) passes.
 
     While it waits it holds neither a server thread nor a database connection: it sleeps on the
@@ -292,7 +298,7 @@ def resume(request: HttpRequest, run_id: str) -> dict[str, Any]:
 
 
 @router.get("/test/effects/{effect_id}", response={200: EffectCount, **ERRORS}, summary="How often a test effect ran")
-def effect_count(request: HttpRequest, effect_id: str, workspace: str | None = None) -> dict[str, Any]:
+def effect_count(request: HttpRequest, effect_id: str, workspace: str | None = Query(None, **SLUG_QUERY)) -> dict[str, Any]:
     """Counts the executions of runs in the caller's workspaces (or in the one named) only."""
     if not settings.OZ0_TEST_TOOLS:
         raise NotFound("test tool ledger")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from datetime import date, datetime
 from typing import Any, Literal
 
 from django.conf import settings
@@ -87,6 +88,22 @@ def parse_body(raw: bytes, *, cap: int = MAX_PAYLOAD_BYTES) -> Any:
     return body
 
 
+# Query parameters as the server reads them, so the OpenAPI document says what it accepts: a
+# workspace is a slug (never empty), a moment a date or an ISO datetime, a version a positive number.
+SLUG_PATTERN = r"^[-a-zA-Z0-9_]+$"
+SLUG_QUERY: dict[str, Any] = {"min_length": 1, "max_length": 64, "pattern": SLUG_PATTERN}
+TEXT_QUERY: dict[str, Any] = {"min_length": 1, "max_length": 200}
+# A moment: a date (the whole day) or an ISO datetime; views hand `moment_text(value)` on.
+Moment = date | datetime
+
+
+def moment_text(value: date | datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+DIGEST_PATTERN = r"^[0-9a-f]{64}$"
+
+
 def known_fields(body: Any, schema: type[BaseModel]) -> None:
     """Refuse a request object's fields its schema does not name: a typo is never ignored silently."""
     if isinstance(body, Mapping):
@@ -118,21 +135,22 @@ class OpenOut(Out):
 
 
 class ErrorBody(Out):
-    """A typed refusal. Some carry more: a quota's `quota` (its name) and `limit`."""
+    """A typed refusal. Some carry more: `quota_exceeded` its `quota` (the quota's name) and `limit`."""
 
     model_config = ConfigDict(populate_by_name=True, extra="allow")
     key: str
     detail: str = ""
-    quota: str | None = None
-    limit: int | None = None
 
 
 class ErrorOut(Out):
     error: ErrorBody
 
 
+TASK_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
+
+
 class TaskIn(Open):
-    key: str
+    key: str = Field(pattern=TASK_KEY_PATTERN)
     kind: Literal["tool", "round", "await", "join", "delegate"]
     after: list[str] = Field(default_factory=list)
     on_failure: Literal["propagate", "absorb", "halt"] = "propagate"
@@ -174,6 +192,16 @@ class RetryIn(In):
 
 
 class CreateIn(In):
+    """A run needs `tasks` (at least one) or an `agent` whose manifest drives it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["tasks"], "properties": {"tasks": {"type": "array", "minItems": 1}}},
+                {"required": ["agent"], "properties": {"agent": {"type": "string", "minLength": 1}}},
+            ]
+        }
+    )
     agent: str | None = None
     input: Any = None
     tasks: list[TaskIn] | None = None
@@ -184,7 +212,7 @@ class CreateIn(In):
 
 
 class AppendIn(In):
-    tasks: list[TaskIn]
+    tasks: list[TaskIn] = Field(min_length=1)
     deliverable: str | None = None
 
 
@@ -193,7 +221,7 @@ class ReasonIn(In):
 
 
 class DigestIn(In):
-    digest: str | None = None
+    digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
 
 
 class ValueIn(In):
@@ -204,15 +232,33 @@ class ResolveIn(In):
     """A client await's bearer proof in the body, where access logs do not keep it: its value, or
     that what it waited on failed (`error`: the await fails with await_failed and these words)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["value", "error"],
+                "properties": {"value": {"not": {"type": "null"}}, "error": {"type": "string"}},
+            }
+        }
+    )
     token: str
     value: Any = None
-    error: str | None = None
+    error: str | None = Field(default=None, min_length=1)
 
 
 class AwaitOutcomeIn(In):
+    """Its `value`, or `error` (what the await waited on failed: it fails with await_failed and
+    these words), never both."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["value", "error"],
+                "properties": {"value": {"not": {"type": "null"}}, "error": {"type": "string"}},
+            }
+        }
+    )
     value: Any = None
-    # What the await waited on failed: the await fails with await_failed and these words.
-    error: str | None = None
+    error: str | None = Field(default=None, min_length=1)
 
 
 class TaskError(Out):

@@ -11,13 +11,14 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Schema
 from ninja.security import HttpBearer
+from pydantic import Field
 
 from oz0site.auth import person_auth
 from runs import kernel
 from runs.api import body_of
 from runs.executor_api import service
 from runs.kernel import Forbidden
-from runs.schemas import ErrorOut
+from runs.schemas import SLUG_PATTERN, ErrorOut
 
 router = Router(tags=["executors"])
 
@@ -35,9 +36,9 @@ class ExecutorAuth(HttpBearer):
 
 
 class RegisterIn(Schema):
-    tools: list[str]
-    name: str = ""
-    workspace: str | None = None
+    tools: list[str] = Field(min_length=1)
+    name: str = Field(default="", max_length=100)
+    workspace: str | None = Field(default=None, min_length=1, max_length=64, pattern=SLUG_PATTERN)
 
 
 class RegisteredOut(Schema):

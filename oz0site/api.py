@@ -107,8 +107,12 @@ def unauthenticated(request: HttpRequest, error: AuthenticationError) -> HttpRes
 @api.exception_handler(ValidationError)
 def invalid(request: HttpRequest, error: ValidationError) -> HttpResponse:
     first = error.errors[0] if error.errors else {}
-    where = ".".join(str(p) for p in first.get("loc", []))
-    return error_response(request, "invalid_request", f"{where}: {first.get('msg', 'invalid')}", 400)
+    loc = list(first.get("loc", []))
+    where = ".".join(str(p) for p in loc)
+    # The insights answer a bad query with their own key, whether the schema or their parser refused it.
+    insights = request.path.startswith(("/api/v1/insights/", "/api/v1/findings"))
+    key = "invalid_query" if insights and loc[:1] == ["query"] else "invalid_request"
+    return error_response(request, key, f"{where}: {first.get('msg', 'invalid')}", 400)
 
 
 @api.exception_handler(HttpError)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console import audit, bulk_repair, holds, tokens, verbs
+from console import audit, bulk_repair, holds, tokens, verbs, workspace_settings
 
 TASK = "runs/<uuid:run_id>/tasks/<path:key>"
 RUN = "runs/<uuid:run_id>"
@@ -14,6 +14,7 @@ urlpatterns = [
     path("w/<slug:slug>/holds/bulk/preview/", bulk_repair.bulk_preview, name="holds_bulk_preview"),
     path("w/<slug:slug>/holds/bulk/apply/", bulk_repair.bulk_apply, name="holds_bulk_apply"),
     path("w/<slug:slug>/audit/", audit.audit_trail, name="audit"),
+    path("w/<slug:slug>/settings/", workspace_settings.workspace_settings, name="workspace_settings"),
     path(f"{TASK}/approve/", verbs.approve, name="task_approve"),
     path(f"{TASK}/deny/", verbs.deny, name="task_deny"),
     path(f"{TASK}/answer/", verbs.answer, name="task_answer"),

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Query, Router, Schema
 from pydantic import ConfigDict
 
 from inbox import selectors
+from oz0site.auth import person_auth
 from runs.kernel import InvalidRequest
-from runs.schemas import ErrorOut
+from runs.schemas import SLUG_QUERY, TEXT_QUERY, ErrorOut
 
 router = Router(tags=["inbox"])
 
@@ -50,15 +51,16 @@ class InboxPage(Schema):
 
 @router.get(
     "/inbox",
+    auth=person_auth(rate="read"),
     response={200: InboxPage, 400: ErrorOut, 401: ErrorOut},
     exclude_unset=True,
     summary="Everything waiting on a person",
 )
 def inbox(
     request: HttpRequest,
-    workspace: str | None = None,
-    kind: str | None = None,
-    agent: str | None = None,
+    workspace: str | None = Query(None, **SLUG_QUERY),
+    kind: Literal["approval", "question", "hold"] | None = None,
+    agent: str | None = Query(None, **TEXT_QUERY),
     cursor: str | None = None,
     limit: int = 50,
 ) -> dict[str, Any]:

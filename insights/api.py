@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Query, Router, Schema
 from pydantic import ConfigDict
 
 from insights import catalog as catalog_module
 from insights import search, selectors
+from oz0site.auth import person_auth
 from runs import selectors as run_selectors
 from runs.kernel import InvalidRequest, NotFound
-from runs.schemas import ErrorOut
+from runs.schemas import SLUG_QUERY, ErrorOut, Moment, moment_text
 
 router = Router(tags=["insights"])
 
@@ -122,27 +123,42 @@ class CatalogOut(Schema):
     platform_kinds: list[PlatformKind]
 
 
-@router.get("/findings", response={200: FindingPage, **ERRORS}, summary="Search failed runs' findings (F18)")
+@router.get(
+    "/findings",
+    auth=person_auth(rate="read"),
+    response={200: FindingPage, **ERRORS},
+    summary="Search failed runs' findings (F18)",
+)
 def findings(
-    request: HttpRequest, q: str = "", cursor: str | None = None, limit: int = 50, workspace: str | None = None
+    request: HttpRequest,
+    q: str = "",
+    cursor: str | None = None,
+    limit: int = 50,
+    workspace: str | None = Query(None, **SLUG_QUERY),
 ) -> dict[str, Any]:
     """`q` is terms like `finding:failure_not_found agent:triage version:2 since:2026-01-01 until:... step:KEY step_kind:round`."""
     return search.search_findings(request.user, q, cursor=cursor, limit=limit, workspace=workspace)
 
 
-@router.get("/insights/agents/{agent}", response={200: ScorecardOut, **ERRORS}, summary="An agent's scorecard (F18)")
+@router.get(
+    "/insights/agents/{agent}",
+    auth=person_auth(rate="read"),
+    response={200: ScorecardOut, **ERRORS},
+    summary="An agent's scorecard (F18)",
+)
 def agent_scorecard(
     request: HttpRequest,
     agent: str,
-    version: int | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    workspace: str | None = None,
+    version: int | None = Query(None, ge=1),
+    since: Moment | None = None,
+    until: Moment | None = None,
+    workspace: str | None = Query(None, **SLUG_QUERY),
 ) -> dict[str, Any]:
     """Over the caller's workspaces, or the one named: agents belong to a workspace, and a name
     two of them use counts both agents' runs."""
-    since_at = search.parse_moment("since", since, end_of_day=False) if since else None
-    until_at = search.parse_moment("until", until, end_of_day=True) if until else None
+    since_text, until_text = moment_text(since), moment_text(until)
+    since_at = search.parse_moment("since", since_text, end_of_day=False) if since_text else None
+    until_at = search.parse_moment("until", until_text, end_of_day=True) if until_text else None
     if version is not None and version < 1:
         raise InvalidRequest("invalid_query", "version must be a positive number")
     if workspace is not None:
@@ -156,6 +172,7 @@ def agent_scorecard(
 
 @router.get(
     "/catalog",
+    auth=person_auth(rate="read"),
     response={200: CatalogOut, 401: ErrorOut},
     summary="Agents with their failure kinds, and the platform's kinds (F9, F13)",
 )

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Query, Router, Schema
 
 from notify import subscriptions
+from oz0site.auth import person_auth
 from runs.api import body_of
-from runs.schemas import ErrorOut
+from runs.schemas import SLUG_PATTERN, SLUG_QUERY, ErrorOut
 
 router = Router(tags=["notifications"])
 
@@ -46,7 +47,7 @@ class SubscriptionList(Schema):
 
 
 @router.get("/subscriptions", response={200: SubscriptionList, **ERRORS}, summary="Your notification subscriptions")
-def list_subscriptions(request: HttpRequest, workspace: str | None = None) -> dict[str, Any]:
+def list_subscriptions(request: HttpRequest, workspace: str | None = Query(None, **SLUG_QUERY)) -> dict[str, Any]:
     rows = subscriptions.subscriptions_of(request.user, workspace)[: subscriptions.PER_USER_MAX]
     return {"items": [subscriptions.document(row) for row in rows]}
 
@@ -61,8 +62,13 @@ CREATE_BODY = {
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["workspace", "kinds"],
+                # A channel: e-mail (to the account's address), a webhook, or both.
+                "anyOf": [
+                    {"required": ["webhook_url"]},
+                    {"required": ["email"], "properties": {"email": {"const": True}}},
+                ],
                 "properties": {
-                    "workspace": {"type": "string", "maxLength": 64},
+                    "workspace": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": SLUG_PATTERN},
                     "kinds": {
                         "type": "array",
                         "items": {"type": "string", "enum": ["approval", "question", "hold"]},
@@ -82,6 +88,7 @@ CREATE_BODY = {
 
 @router.post(
     "/subscriptions",
+    auth=person_auth("viewer", where="any", rate="write", missing="workspace"),
     response={201: SubscriptionCreated, **ERRORS},
     openapi_extra={"requestBody": CREATE_BODY},
     summary="Subscribe to approvals, questions or holds of a workspace (the webhook secret is shown once)",
@@ -91,7 +98,12 @@ def create_subscription(request: HttpRequest) -> tuple[int, dict[str, Any]]:
     return 201, subscriptions.document(row, secret=secret)
 
 
-@router.delete("/subscriptions/{subscription_id}", response={204: None, **ERRORS}, summary="Delete one of your subscriptions")
+@router.delete(
+    "/subscriptions/{subscription_id}",
+    auth=person_auth(rate="write"),
+    response={204: None, **ERRORS},
+    summary="Delete one of your subscriptions",
+)
 def delete_subscription(request: HttpRequest, subscription_id: int) -> tuple[int, None]:
     subscriptions.delete(request.user, subscription_id)
     return 204, None

@@ -5,29 +5,36 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Query, Router, Schema
+from pydantic import Field
 
 from oz0agents import access
 from oz0agents.lint import InvalidManifest, Linted, lint
 from oz0agents.models import Agent, AgentVersion
 from oz0agents.registry import agents_of, register
-from runs.kernel import NotFound
+from oz0site.auth import person_auth
+from runs.kernel import MAX_PAYLOAD_BYTES, NotFound
 from runs.models import Workspace
-from runs.schemas import ErrorBody, ErrorOut
+from runs.schemas import SLUG_PATTERN, SLUG_QUERY, ErrorBody, ErrorOut
 
 router = Router(tags=["agents"])
+
+# A manifest carries an agent's instructions: its bodies keep the row store's cap, not a verb's.
+# Linting names its workspace in the body (or none), so its standing is the body's to say, after
+# the parse; registering needs operator standing somewhere before the body is read.
+MANIFEST_BODY_MAX = MAX_PAYLOAD_BYTES
 
 ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut}
 
 
 class ManifestIn(Schema):
-    manifest: str
+    manifest: str = Field(min_length=1)
     # The agent's workspace; left out, the one workspace the caller operates (lint: any role).
-    workspace: str | None = None
+    workspace: str | None = Field(default=None, min_length=1, max_length=64, pattern=SLUG_PATTERN)
 
 
 class WorkspaceManifestIn(Schema):
-    manifest: str
+    manifest: str = Field(min_length=1)
 
 
 class ProblemOut(Schema):
@@ -123,7 +130,10 @@ def _register(request: HttpRequest, text: str, workspace: Workspace) -> Any:
 
 
 @router.post(
-    "/agents", response={**ERRORS, 201: RegisteredOut, 400: InvalidManifestOut}, summary="Register an agent's manifest (F2-F8)"
+    "/agents",
+    auth=person_auth("operator", where="any", body_max=MANIFEST_BODY_MAX, rate="write"),
+    response={**ERRORS, 201: RegisteredOut, 400: InvalidManifestOut},
+    summary="Register an agent's manifest (F2-F8)",
 )
 def register_agent(request: HttpRequest, payload: ManifestIn) -> Any:
     """A changed manifest becomes the agent's next version; an unchanged one answers with the current version.
@@ -135,6 +145,7 @@ def register_agent(request: HttpRequest, payload: ManifestIn) -> Any:
 
 @router.post(
     "/workspaces/{ws}/agents",
+    auth=person_auth("operator", where="ws", body_max=MANIFEST_BODY_MAX, rate="write"),
     response={**ERRORS, 201: RegisteredOut, 400: InvalidManifestOut},
     summary="Register an agent of a workspace (F2-F8)",
 )
@@ -152,7 +163,12 @@ def _invalid(linted: Linted) -> dict[str, Any]:
     return body
 
 
-@router.post("/agents/lint", response={200: LintOut, **ERRORS}, summary="Lint a manifest without registering it (F2-F8)")
+@router.post(
+    "/agents/lint",
+    auth=person_auth(body_max=MANIFEST_BODY_MAX, rate="write"),
+    response={200: LintOut, **ERRORS},
+    summary="Lint a manifest without registering it (F2-F8)",
+)
 def lint_agent(request: HttpRequest, payload: ManifestIn) -> dict[str, Any]:
     """Needs a role (any) in the workspace named, or in some workspace."""
     workspace = access.require_lint_standing(request.user, payload.workspace)
@@ -161,12 +177,22 @@ def lint_agent(request: HttpRequest, payload: ManifestIn) -> dict[str, Any]:
     return {"errors": [e.as_dict() for e in linted.errors], "warnings": [w.as_dict() for w in linted.warnings]}
 
 
-@router.get("/agents", response={200: AgentPage, **ERRORS}, summary="The agents of your workspaces, each at its latest version")
-def list_agents(request: HttpRequest, workspace: str | None = None) -> dict[str, Any]:
+@router.get(
+    "/agents",
+    auth=person_auth(rate="read"),
+    response={200: AgentPage, **ERRORS},
+    summary="The agents of your workspaces, each at its latest version",
+)
+def list_agents(request: HttpRequest, workspace: str | None = Query(None, **SLUG_QUERY)) -> dict[str, Any]:
     return {"items": [_agent_document(v) for v in access.visible_versions(request.user, workspace)]}
 
 
-@router.get("/workspaces/{ws}/agents", response={200: AgentPage, **ERRORS}, summary="A workspace's agents")
+@router.get(
+    "/workspaces/{ws}/agents",
+    auth=person_auth("viewer", where="ws", rate="read"),
+    response={200: AgentPage, **ERRORS},
+    summary="A workspace's agents",
+)
 def list_workspace_agents(request: HttpRequest, ws: str) -> dict[str, Any]:
     return {"items": [_agent_document(v) for v in access.visible_versions(request.user, ws)]}
 
@@ -187,7 +213,7 @@ def _detail(request: HttpRequest, agent: Agent) -> dict[str, Any]:
 
 
 @router.get("/agents/{name}", response={200: AgentDetail, **ERRORS}, summary="One agent at its latest version")
-def get_agent(request: HttpRequest, name: str, workspace: str | None = None) -> dict[str, Any]:
+def get_agent(request: HttpRequest, name: str, workspace: str | None = Query(None, **SLUG_QUERY)) -> dict[str, Any]:
     """The agent of that name in `workspace`, or in the one of your workspaces that has one.
     Its instructions and manifest text are content: null for a viewer."""
     return _detail(request, access.agent_for(request.user, name, workspace))

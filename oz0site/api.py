@@ -24,7 +24,7 @@ from runs.audit_api import router as audit_router
 from runs.executor_api.router import router as executors_router
 from runs.holds_api import router as holds_router
 from runs.kernel import KernelError
-from runs.schemas import parse_body
+from runs.schemas import read_body
 
 # Who asked for the OpenAPI document: its `x-oz0-failures` lists the agents of their workspaces.
 _openapi_caller: ContextVar[Any] = ContextVar("oz0_openapi_caller", default=None)
@@ -64,10 +64,11 @@ class Oz0Api(NinjaAPI):
 
 class StrictJsonParser(Parser):
     """Parses bodies the way the row store needs: NUL bytes, exponent numbers and oversized
-    payloads are refused typed (S30, S31) before any handler runs."""
+    payloads are refused typed (S30, S31) before any handler runs. It runs after the route's auth
+    (`oz0site.auth.person_auth`), which checked the caller's standing and set the body's cap."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        body = parse_body(request.body)
+        body = read_body(request)
         request._oz0_body = body  # type: ignore[attr-defined]
         return body
 
@@ -86,13 +87,13 @@ api = Oz0Api(
 )
 
 
-def error_response(request: HttpRequest, key: str, detail: str, status: int, extra: dict[str, Any] | None = None) -> HttpResponse:
-    return api.create_response(request, {"error": {**(extra or {}), "key": key, "detail": detail}}, status=status)
+def error_response(request: HttpRequest, key: str, detail: str, status: int, **extra: Any) -> HttpResponse:
+    return api.create_response(request, {"error": {**extra, "key": key, "detail": detail}}, status=status)
 
 
 @api.exception_handler(KernelError)
 def kernel_error(request: HttpRequest, error: KernelError) -> HttpResponse:
-    response = error_response(request, error.key, error.detail, error.status, getattr(error, "extra", None))
+    response = error_response(request, error.key, error.detail, error.status, **getattr(error, "extra", {}))
     retry_after = getattr(error, "retry_after", None)
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)
@@ -107,8 +108,12 @@ def unauthenticated(request: HttpRequest, error: AuthenticationError) -> HttpRes
 @api.exception_handler(ValidationError)
 def invalid(request: HttpRequest, error: ValidationError) -> HttpResponse:
     first = error.errors[0] if error.errors else {}
-    where = ".".join(str(p) for p in first.get("loc", []))
-    return error_response(request, "invalid_request", f"{where}: {first.get('msg', 'invalid')}", 400)
+    loc = list(first.get("loc", []))
+    where = ".".join(str(p) for p in loc)
+    # The insights answer a bad query with their own key, whether the schema or their parser refused it.
+    insights = request.path.startswith(("/api/v1/insights/", "/api/v1/findings"))
+    key = "invalid_query" if insights and loc[:1] == ["query"] else "invalid_request"
+    return error_response(request, key, f"{where}: {first.get('msg', 'invalid')}", 400)
 
 
 @api.exception_handler(HttpError)

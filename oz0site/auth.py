@@ -1,19 +1,34 @@
-"""Who a JSON API request speaks for: a person, by bearer token or by the console's session.
+"""Who a JSON API request speaks for: a person, by bearer token or by the console's session, and
+the route's standing, checked before the body is read.
 
 Executors authenticate with tokens of their own (`runs.executor_api.router.ExecutorAuth`).
+
+Each route declares what it needs (`person_auth(role, where=..., body_max=..., rate=...)`):
+ninja runs the auth callbacks before it parses a body, so a caller without standing in the
+workspace the path names (an outsider: 404; a viewer or reader at an operator's route: 403), or
+past their rate, is refused before a byte of the body is read, let alone parsed and validated.
+The same declaration gives the body's cap (`OZ0_VERB_BODY_MAX` unless the route names another),
+which the parser checks against Content-Length first.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja.security import HttpBearer, SessionAuth
+from ninja.security import HttpBearer
+from ninja.security import SessionAuth as NinjaSessionAuth
 
-from runs.models import ApiToken
+from oz0site import ratelimit
+from runs.kernel import Forbidden, NotFound
+from runs.models import ApiToken, Membership, Role, Run, Workspace
+from runs.permissions import ROLE_RANK, role_of
+from runs.schemas import refuse_declared_length
 from runs.tokens import token_digest
 
 # A token's "last used" is kept to the minute: a client making many requests a second must not
@@ -37,14 +52,97 @@ def token_user(token: str) -> Any:
     return row.user
 
 
+# Where a route's workspace is named: its `ws` path parameter (a slug), its `run_id` (the run's
+# workspace), or nowhere but the caller must hold the role in some workspace (`any`).
+Where = Literal["ws", "run_id", "any"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a route needs of its caller before its body is read."""
+
+    role: str | None = None
+    where: Where | None = None
+    body_max: int | None = None
+    rate: Literal["write", "read"] | None = None
+    # `any` only: refuse a caller without the role anywhere as this thing's 404 (an await's token
+    # names its workspace, so whether it exists is the kernel's answer), not 403.
+    missing: str | None = None
+
+    def admit(self, request: HttpRequest, user: Any) -> None:
+        request._oz0_body_max = self.body_max  # type: ignore[attr-defined]
+        if self.rate is not None:
+            ratelimit.admit(user.pk, self.rate)
+        if self.role is not None and self.where is not None:
+            self._require(request, user, self.role, self.where)
+        refuse_declared_length(request)
+
+    def _require(self, request: HttpRequest, user: Any, needs: str, where: Where) -> None:
+        needed = ROLE_RANK[Role(needs)]
+        if where == "any":
+            roles = Membership.objects.filter(user_id=user.pk).values_list("role", flat=True)
+            if not any(ROLE_RANK[Role(r)] >= needed for r in roles):
+                if self.missing is not None:
+                    raise NotFound(self.missing)
+                raise Forbidden(f"this needs the {needs} role in a workspace")
+            return
+        kwargs = request.resolver_match.kwargs if request.resolver_match is not None else {}
+        what = "workspace" if where == "ws" else "run"
+        workspace_id = _workspace_named(where, kwargs.get(where))
+        role = role_of(user, workspace_id) if workspace_id is not None else None
+        if role is None:
+            raise NotFound(what)
+        if ROLE_RANK[Role(role)] < needed:
+            raise Forbidden() if needs == Role.OPERATOR else Forbidden(f"this needs the {needs} role")
+
+
+def _workspace_named(where: str | None, value: Any) -> int | None:
+    if value is None:
+        return None
+    if where == "ws":
+        return Workspace.objects.filter(slug=str(value)[:64]).values_list("pk", flat=True).first()
+    try:
+        return Run.objects.filter(pk=value).values_list("workspace_id", flat=True).first()
+    except (ValueError, TypeError, ValidationError):
+        return None
+
+
 class BearerAuth(HttpBearer):
+    def __init__(self, route: Route | None = None) -> None:
+        super().__init__()
+        self.route = route or Route()
+
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         user = token_user(token)
         if user is not None:
             request.user = user
+            self.route.admit(request, user)
         return user
 
 
-def person_auth() -> list[Any]:
-    """A person's bearer token, else their console session."""
-    return [BearerAuth(), SessionAuth()]
+class SessionAuth(NinjaSessionAuth):
+    """The console's session (the OpenAPI document's scheme keeps ninja's name)."""
+
+    def __init__(self, route: Route | None = None, csrf: bool = True) -> None:
+        super().__init__(csrf=csrf)
+        self.route = route or Route()
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = super().authenticate(request, key)
+        if user:
+            self.route.admit(request, user)
+        return user
+
+
+def person_auth(
+    role: str | None = None,
+    *,
+    where: Where | None = None,
+    body_max: int | None = None,
+    rate: Literal["write", "read"] | None = None,
+    missing: str | None = None,
+) -> list[Any]:
+    """A person's bearer token, else their console session; then the route's standing, rate and
+    body cap (see the module's docstring), all before ninja reads the body."""
+    route = Route(role=role, where=where, body_max=body_max, rate=rate, missing=missing)
+    return [BearerAuth(route), SessionAuth(route)]

@@ -172,6 +172,11 @@ PASSWORD_HASHERS = env.list(
     ],
 )
 
+# The sign-in throttle first: it refuses a throttled (address, name) on every sign-in path (the
+# console's, the admin's) before a password is hashed; importing it connects the failure counter
+# to `user_login_failed` (oz0site/login.py).
+AUTHENTICATION_BACKENDS = ["oz0site.login.ThrottleBackend", "django.contrib.auth.backends.ModelBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -220,6 +225,18 @@ if OZ0_TEST_TOOLS:  # the test.* tools and their ledgers: never on a real instal
     INSTALLED_APPS.append("testtools")
 # The most /wait requests one user may have open at once (429 `too_many_waits` past it).
 OZ0_WAITS_PER_USER = env.int("OZ0_WAITS_PER_USER", default=16)
+# The JSON API's bodies: a verb's (everything but a run's create and append, which keep the row
+# store's 1 MiB) is refused 413 `payload_too_large` past this many bytes, before it is read.
+OZ0_VERB_BODY_MAX = env.int("OZ0_VERB_BODY_MAX", default=64 * 1024)
+# Per-user request rates (oz0site/ratelimit.py): writes, and the expensive reads, per window; 0: no limit.
+OZ0_RATE_WRITES = env.int("OZ0_RATE_WRITES", default=1200)
+OZ0_RATE_READS = env.int("OZ0_RATE_READS", default=1200)
+OZ0_RATE_WINDOW_SECONDS = env.float("OZ0_RATE_WINDOW_SECONDS", default=60.0)
+# Each workspace's quotas (0: none), refused 429/403 `quota_exceeded` naming the quota: runs not
+# finished, tasks one run holds from people's creates and appends, bytes of its runs' stored inputs.
+OZ0_QUOTA_ACTIVE_RUNS = env.int("OZ0_QUOTA_ACTIVE_RUNS", default=1000)
+OZ0_QUOTA_TASKS_PER_RUN = env.int("OZ0_QUOTA_TASKS_PER_RUN", default=20_000)
+OZ0_QUOTA_INPUT_BYTES = env.int("OZ0_QUOTA_INPUT_BYTES", default=10 * 1024**3)
 # The longest `test.sleep` (and `test.effect`'s stay): a worker slot is shared by every workspace.
 OZ0_TEST_SLEEP_MAX = env.float("OZ0_TEST_SLEEP_MAX", default=60.0)
 # A claimed call whose holder has not heartbeaten for this long is presumed dead.

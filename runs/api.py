@@ -6,10 +6,11 @@ import asyncio
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Query, Router
 
+from oz0site.auth import person_auth
 from runs import idempotency, kernel, selectors, waits
-from runs.kernel import InvalidRequest
+from runs.kernel import MAX_PAYLOAD_BYTES, InvalidRequest
 from runs.permissions import can_read_content
 from runs.schemas import (
     Appended,
@@ -29,19 +30,29 @@ from runs.schemas import (
     ValueIn,
     WaitOut,
     known_fields,
-    parse_body,
+    read_body,
 )
 
 router = Router(tags=["runs"])
 
-ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+# Each route's standing, rate and body cap, checked before its body is read (oz0site/auth.py).
+OPERATE_WS = person_auth("operator", where="ws", body_max=MAX_PAYLOAD_BYTES, rate="write")
+OPERATE_BUILD = person_auth("operator", where="run_id", body_max=MAX_PAYLOAD_BYTES, rate="write")
+OPERATE_RUN = person_auth("operator", where="run_id", rate="write")
+# An await's token names its workspace: a member anywhere gets the kernel's answer (404 or 403).
+RESOLVE_AWAIT = person_auth("viewer", where="any", rate="write", missing="await")
+READ_WS = person_auth("viewer", where="ws", rate="read")
+READ_RUN = person_auth("viewer", where="run_id")
+READ_RUN_EXPENSIVE = person_auth("viewer", where="run_id", rate="read")
+
+ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 429: ErrorOut}
 
 
 def body_of(request: HttpRequest) -> Any:
     """The request body, parsed once, refusing what the row store cannot hold (S30, S31)."""
     cached = getattr(request, "_oz0_body", None)
     if cached is None:
-        cached = parse_body(request.body)
+        cached = read_body(request)
         request._oz0_body = cached  # type: ignore[attr-defined]
     return cached
 
@@ -62,7 +73,11 @@ def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
 
 
 @router.post(
-    "/workspaces/{ws}/runs", response={201: RunCreated, **ERRORS}, summary="Create a run", openapi_extra=idempotency.OPENAPI
+    "/workspaces/{ws}/runs",
+    auth=OPERATE_WS,
+    response={201: RunCreated, **ERRORS},
+    summary="Create a run",
+    openapi_extra=idempotency.OPENAPI,
 )
 @idempotency.idempotent(idempotency.workspace_named)
 def create_run(request: HttpRequest, ws: str, payload: CreateIn) -> tuple[int, dict[str, Any]]:
@@ -76,7 +91,7 @@ def create_run(request: HttpRequest, ws: str, payload: CreateIn) -> tuple[int, d
     return 201, {"run": document, "receipt": _receipt(receipt, body, document["last_seq"])}
 
 
-@router.get("/workspaces/{ws}/runs", response={200: RunPage, **ERRORS}, summary="List a workspace's runs")
+@router.get("/workspaces/{ws}/runs", auth=READ_WS, response={200: RunPage, **ERRORS}, summary="List a workspace's runs")
 def list_runs(
     request: HttpRequest, ws: str, status: str | None = None, agent: str | None = None, cursor: str | None = None, limit: int = 50
 ) -> dict[str, Any]:
@@ -84,14 +99,18 @@ def list_runs(
     return selectors.runs_page(request.user, workspace, status=status, agent=agent, cursor=cursor, limit=max(1, min(limit, 200)))
 
 
-@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="The run document")
+@router.get("/runs/{run_id}", auth=READ_RUN, response={200: RunOut, **ERRORS}, summary="The run document")
 def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     run = selectors.run_for(request.user, run_id)
     return selectors.run_document(request.user, run)
 
 
 @router.post(
-    "/runs/{run_id}/append", response={200: Appended, **ERRORS}, summary="Append tasks (S17)", openapi_extra=idempotency.OPENAPI
+    "/runs/{run_id}/append",
+    auth=OPERATE_BUILD,
+    response={200: Appended, **ERRORS},
+    summary="Append tasks (S17)",
+    openapi_extra=idempotency.OPENAPI,
 )
 @idempotency.idempotent(idempotency.workspace_of_run)
 def append(request: HttpRequest, run_id: str, payload: AppendIn) -> dict[str, Any]:
@@ -118,16 +137,27 @@ def _receipt(receipt: dict[str, Any], body: dict[str, Any], seq: int) -> dict[st
     return {**receipt, "keys": [str(t["key"]) for t in body.get("tasks") or []], "seq": seq}
 
 
-@router.get("/runs/{run_id}/trace", response={200: TraceOut, **ERRORS}, by_alias=True, summary="The run's trace, oldest first")
+@router.get(
+    "/runs/{run_id}/trace",
+    auth=READ_RUN_EXPENSIVE,
+    response={200: TraceOut, **ERRORS},
+    by_alias=True,
+    summary="The run's trace, oldest first",
+)
 def trace(request: HttpRequest, run_id: str, after: int = 0, limit: int = 10_000) -> dict[str, Any]:
     run = selectors.run_for(request.user, run_id)
     return {"events": selectors.trace_documents(request.user, run, after=after, limit=max(1, min(limit, 10_000)))}
 
 
 @router.get(
-    "/runs/{run_id}/wait", response={200: WaitOut, 429: ErrorOut, **ERRORS}, by_alias=True, summary="Wait for events past a seq"
+    "/runs/{run_id}/wait", auth=READ_RUN, response={200: WaitOut, **ERRORS}, by_alias=True, summary="Wait for events past a seq"
 )
-async def wait(request: HttpRequest, run_id: str, after: int = 0, timeout: float = 30.0) -> dict[str, Any]:
+async def wait(
+    request: HttpRequest,
+    run_id: str,
+    after: int = 0,
+    timeout: float = Query(30.0, ge=0, le=waits.WAIT_MAX_SECONDS, allow_inf_nan=False),
+) -> dict[str, Any]:
     """Blocks until an event past `after` exists or the timeout (at most 60 s) passes.
 
     While it waits it holds neither a server thread nor a database connection: it sleeps on the
@@ -160,7 +190,12 @@ def _verb(request: HttpRequest, run_id: str, action: Any, **kwargs: Any) -> dict
     return {"run": _document(request, run)}
 
 
-@router.post("/runs/{run_id}/tasks/{key}/retry", response={200: RunOnly, **ERRORS}, summary="Retry a failed task (S14-S16)")
+@router.post(
+    "/runs/{run_id}/tasks/{key}/retry",
+    auth=OPERATE_RUN,
+    response={200: RunOnly, **ERRORS},
+    summary="Retry a failed task (S14-S16)",
+)
 def retry(request: HttpRequest, run_id: str, key: str, payload: RetryTaskIn | None = None) -> dict[str, Any]:
     """A harnessed round that already made non-replayable calls answers 409
     `nonreplayable_calls_made` with the calls listed (`error.calls`) unless `confirm_calls` names
@@ -168,35 +203,62 @@ def retry(request: HttpRequest, run_id: str, key: str, payload: RetryTaskIn | No
     return _verb(request, run_id, kernel.retry, key=key, confirm_calls=body_fields(request).get("confirm_calls"))
 
 
-@router.post("/runs/{run_id}/tasks/{key}/abandon", response={200: RunOnly, **ERRORS}, summary="Abandon a failed task (S14-S16)")
+@router.post(
+    "/runs/{run_id}/tasks/{key}/abandon",
+    auth=OPERATE_RUN,
+    response={200: RunOnly, **ERRORS},
+    summary="Abandon a failed task (S14-S16)",
+)
 def abandon(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
     return _verb(request, run_id, kernel.abandon, key=key)
 
 
-@router.post("/runs/{run_id}/tasks/{key}/compact", response={200: RunOnly, **ERRORS}, summary="Compact a round (S14, S23)")
+@router.post(
+    "/runs/{run_id}/tasks/{key}/compact",
+    auth=OPERATE_RUN,
+    response={200: RunOnly, **ERRORS},
+    summary="Compact a round (S14, S23)",
+)
 def compact(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
     return _verb(request, run_id, kernel.compact, key=key)
 
 
-@router.post("/runs/{run_id}/tasks/{key}/approve", response={200: RunOnly, **ERRORS}, summary="Approve a tool call (S5, S6)")
+@router.post(
+    "/runs/{run_id}/tasks/{key}/approve",
+    auth=OPERATE_RUN,
+    response={200: RunOnly, **ERRORS},
+    summary="Approve a tool call (S5, S6)",
+)
 def approve(request: HttpRequest, run_id: str, key: str, payload: DigestIn | None = None) -> dict[str, Any]:
     """Given the `digest` the approver saw (the inbox item's), a call that changed since answers
     409 `approval_stale` and nothing changes."""
     return _verb(request, run_id, kernel.approve, key=key, digest=body_fields(request).get("digest"))
 
 
-@router.post("/runs/{run_id}/tasks/{key}/deny", response={200: RunOnly, **ERRORS}, summary="Deny a tool call (S5, S6)")
+@router.post(
+    "/runs/{run_id}/tasks/{key}/deny", auth=OPERATE_RUN, response={200: RunOnly, **ERRORS}, summary="Deny a tool call (S5, S6)"
+)
 def deny(request: HttpRequest, run_id: str, key: str, payload: ReasonIn | None = None) -> dict[str, Any]:
     body = body_fields(request)
     return _verb(request, run_id, kernel.deny, key=key, reason=str(body.get("reason", "")))
 
 
-@router.post("/runs/{run_id}/tasks/{key}/answer", response={200: RunOnly, **ERRORS}, summary="Answer a model's question (S9)")
+@router.post(
+    "/runs/{run_id}/tasks/{key}/answer",
+    auth=OPERATE_RUN,
+    response={200: RunOnly, **ERRORS},
+    summary="Answer a model's question (S9)",
+)
 def answer(request: HttpRequest, run_id: str, key: str, payload: ValueIn) -> dict[str, Any]:
     return _verb(request, run_id, kernel.answer, key=key, value=body_fields(request).get("value"))
 
 
-@router.post("/awaits", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token (S8, S32)")
+@router.post(
+    "/awaits",
+    auth=RESOLVE_AWAIT,
+    response={200: RunOnly, **ERRORS},
+    summary="Resolve a client await with its token (S8, S32)",
+)
 def resolve_await(request: HttpRequest, payload: ResolveIn) -> dict[str, Any]:
     """The token rides in the body, so access logs never hold it; resolving needs write standing
     in the await's workspace, as every write surface does. The body gives the await its `value`,
@@ -207,7 +269,10 @@ def resolve_await(request: HttpRequest, payload: ResolveIn) -> dict[str, Any]:
 
 
 @router.post(
-    "/awaits/{token}", response={200: RunOnly, **ERRORS}, summary="Resolve a client await with its token in the path (S8)"
+    "/awaits/{token}",
+    auth=RESOLVE_AWAIT,
+    response={200: RunOnly, **ERRORS},
+    summary="Resolve a client await with its token in the path (S8)",
 )
 def resolve_await_by_path(request: HttpRequest, token: str, payload: AwaitOutcomeIn) -> dict[str, Any]:
     """API.md's form; prefer POST /awaits with the token in the body, which stays out of access logs."""
@@ -216,17 +281,17 @@ def resolve_await_by_path(request: HttpRequest, token: str, payload: AwaitOutcom
     return {"run": _document(request, run)}
 
 
-@router.post("/runs/{run_id}/cancel", response={200: RunOnly, **ERRORS}, summary="Cancel a run")
+@router.post("/runs/{run_id}/cancel", auth=OPERATE_RUN, response={200: RunOnly, **ERRORS}, summary="Cancel a run")
 def cancel(request: HttpRequest, run_id: str, payload: ReasonIn | None = None) -> dict[str, Any]:
     body = body_fields(request)
     return _verb(request, run_id, kernel.cancel_run, reason=str(body.get("reason", "")))
 
 
-@router.post("/runs/{run_id}/pause", response={200: RunOnly, **ERRORS}, summary="Pause dispatching")
+@router.post("/runs/{run_id}/pause", auth=OPERATE_RUN, response={200: RunOnly, **ERRORS}, summary="Pause dispatching")
 def pause(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return _verb(request, run_id, kernel.pause_run)
 
 
-@router.post("/runs/{run_id}/resume", response={200: RunOnly, **ERRORS}, summary="Resume dispatching")
+@router.post("/runs/{run_id}/resume", auth=OPERATE_RUN, response={200: RunOnly, **ERRORS}, summary="Resume dispatching")
 def resume(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return _verb(request, run_id, kernel.resume_run)

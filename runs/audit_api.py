@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+from uuid import UUID
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Query, Router, Schema
 
+from oz0site.auth import person_auth
 from runs import audit, selectors
-from runs.schemas import ErrorOut
+from runs.schemas import ErrorOut, Moment, moment_text
 
 router = Router(tags=["audit"])
 
@@ -36,20 +38,23 @@ class AuditPage(Schema):
 
 @router.get(
     "/workspaces/{ws}/audit",
+    auth=person_auth("viewer", where="ws", rate="read"),
     response={200: AuditPage, 400: ErrorOut, 401: ErrorOut, 404: ErrorOut},
     summary="Who did what to which run, when and why",
 )
 def audit_trail(
     request: HttpRequest,
     ws: str,
-    actor: str | None = None,
-    verb: str | None = None,
-    run: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
+    actor: str | None = Query(None, min_length=1, max_length=150),
+    verb: Literal[audit.VERBS] | None = None,  # type: ignore[valid-type]
+    run: UUID | None = None,
+    since: Moment | None = None,
+    until: Moment | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> dict[str, Any]:
     workspace = selectors.workspace_for(request.user, ws)
-    filters = audit.parse_filters(actor=actor, verb=verb, run=run, since=since, until=until)
+    filters = audit.parse_filters(
+        actor=actor, verb=verb, run=str(run) if run else None, since=moment_text(since), until=moment_text(until)
+    )
     return audit.audit_page(request.user, workspace, filters, cursor=cursor, limit=max(1, min(limit, audit.MAX_LIMIT)))

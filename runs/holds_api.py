@@ -14,8 +14,9 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 
 from console.bulk_repair import bulk_repair
-from console.holds import parse_hold_filter
-from runs import kernel, selectors
+from console.holds import AGE_MAX_SECONDS, BULK_CAP, TEXT_MAX, parse_hold_filter
+from oz0site.auth import person_auth
+from runs import failures, kernel, selectors
 from runs.api import ERRORS, body_fields
 from runs.kernel import InvalidRequest
 
@@ -56,6 +57,49 @@ class BulkRepairOut(Schema):
     results: list[BulkRunResult] | None = None
 
 
+# Each field may be null, which is the same as leaving it out.
+_TEXT = {"type": ["string", "null"], "maxLength": TEXT_MAX, "pattern": r"\S"}
+# The body is read by console.holds.parse_hold_filter (typed 400s per field); this documents it:
+# at least one filter, or `all: true`.
+FILTER_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "agent": _TEXT,
+                    "error_key": _TEXT,
+                    "kind": {
+                        **_TEXT,
+                        "description": "a platform failure kind, or one an agent of the workspace declares",
+                        "enum": [*sorted(failures.PLATFORM_KINDS), None],
+                    },
+                    "version": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
+                    "min_age_seconds": {"type": ["integer", "null"], "minimum": 0, "maximum": AGE_MAX_SECONDS},
+                    "runs": {
+                        "type": ["array", "null"],
+                        "minItems": 1,
+                        "maxItems": BULK_CAP,
+                        "items": {"type": "string", "format": "uuid"},
+                    },
+                    "all": {"type": "boolean"},
+                    "dry_run": {"type": "boolean", "default": False},
+                },
+                "anyOf": [
+                    *(
+                        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+                        for name in ("agent", "error_key", "kind", "version", "min_age_seconds", "runs")
+                    ),
+                    {"required": ["all"], "properties": {"all": {"const": True}}},
+                ],
+            }
+        }
+    },
+}
+
+
 def _bulk(request: HttpRequest, ws: str, verb: str) -> dict[str, Any]:
     workspace = selectors.workspace_for(request.user, ws)
     # Standing before the body is read: a viewer's malformed filter still answers 403.
@@ -69,8 +113,10 @@ def _bulk(request: HttpRequest, ws: str, verb: str) -> dict[str, Any]:
 
 @router.post(
     "/workspaces/{ws}/holds/retry",
+    auth=person_auth("operator", where="ws", rate="write"),
     response={200: BulkRepairOut, **ERRORS},
     summary="Retry many held runs (S14)",
+    openapi_extra={"requestBody": FILTER_BODY},
     exclude_none=True,
 )
 def retry_holds(request: HttpRequest, ws: str) -> dict[str, Any]:
@@ -79,8 +125,10 @@ def retry_holds(request: HttpRequest, ws: str) -> dict[str, Any]:
 
 @router.post(
     "/workspaces/{ws}/holds/abandon",
+    auth=person_auth("operator", where="ws", rate="write"),
     response={200: BulkRepairOut, **ERRORS},
     summary="Abandon many held runs (S14)",
+    openapi_extra={"requestBody": FILTER_BODY},
     exclude_none=True,
 )
 def abandon_holds(request: HttpRequest, ws: str) -> dict[str, Any]:

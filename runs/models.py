@@ -28,6 +28,9 @@ class Workspace(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The bytes of the inputs its people's runs store (the `input_bytes` quota), grown by each
+    # create in the create's own transaction (runs/kernel/expansion.py).
+    stored_input_bytes = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
         return self.slug

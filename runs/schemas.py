@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from datetime import date, datetime
 from typing import Any, Literal
 
+from django.conf import settings
+from django.http import HttpRequest
 from pydantic import BaseModel, ConfigDict, Field
 
 from runs.kernel import MAX_DEPTH, MAX_PAYLOAD_BYTES, InvalidRequest, KernelError, check_storable
@@ -36,10 +39,35 @@ def _reject_constant(name: str) -> float:
     raise InvalidRequest("invalid_number", f"{name} is not a number the row store can hold")
 
 
-def parse_body(raw: bytes) -> Any:
+def body_cap(request: HttpRequest) -> int:
+    """The route's cap on its body: what its auth declared (`oz0site.auth.Route.body_max`), else a
+    verb's (`OZ0_VERB_BODY_MAX`); never above the row store's 1 MiB."""
+    declared = getattr(request, "_oz0_body_max", None)
+    return min(int(declared or settings.OZ0_VERB_BODY_MAX), MAX_PAYLOAD_BYTES)
+
+
+def refuse_declared_length(request: HttpRequest) -> None:
+    """413 when the request's Content-Length is past the route's cap: called by the route's auth,
+    before anything reads the body (ninja reads `request.body` before it calls the parser)."""
+    cap = body_cap(request)
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > cap:
+        raise PayloadTooLarge("payload_too_large", f"the body is {declared} bytes; this request's cap is {cap}")
+
+
+def read_body(request: HttpRequest) -> Any:
+    """The request's body, parsed, refused 413 past the route's cap."""
+    refuse_declared_length(request)
+    return parse_body(request.body, cap=body_cap(request))
+
+
+def parse_body(raw: bytes, *, cap: int = MAX_PAYLOAD_BYTES) -> Any:
     """Parse a JSON request body, refusing what the row store cannot hold (S30, S31)."""
-    if len(raw) > MAX_PAYLOAD_BYTES:
-        raise PayloadTooLarge("payload_too_large", f"the body is {len(raw)} bytes; the cap is {MAX_PAYLOAD_BYTES}")
+    if len(raw) > cap:
+        raise PayloadTooLarge("payload_too_large", f"the body is {len(raw)} bytes; this request's cap is {cap}")
     if not raw.strip():
         return {}
     try:
@@ -58,6 +86,22 @@ def parse_body(raw: bytes) -> Any:
         raise InvalidRequest("invalid_number", f"the body holds a number that cannot be read: {error}") from None
     check_storable(body)
     return body
+
+
+# Query parameters as the server reads them, so the OpenAPI document says what it accepts: a
+# workspace is a slug (never empty), a moment a date or an ISO datetime, a version a positive number.
+SLUG_PATTERN = r"^[-a-zA-Z0-9_]+$"
+SLUG_QUERY: dict[str, Any] = {"min_length": 1, "max_length": 64, "pattern": SLUG_PATTERN}
+TEXT_QUERY: dict[str, Any] = {"min_length": 1, "max_length": 200}
+# A moment: a date (the whole day) or an ISO datetime; views hand `moment_text(value)` on.
+Moment = date | datetime
+
+
+def moment_text(value: date | datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+DIGEST_PATTERN = r"^[0-9a-f]{64}$"
 
 
 def known_fields(body: Any, schema: type[BaseModel]) -> None:
@@ -91,6 +135,9 @@ class OpenOut(Out):
 
 
 class ErrorBody(Out):
+    """A typed refusal. Some carry more: `quota_exceeded` its `quota` (the quota's name) and `limit`."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
     key: str
     detail: str = ""
     # `nonreplayable_calls_made` (a retry of a harnessed round): the calls it already made,
@@ -102,8 +149,11 @@ class ErrorOut(Out):
     error: ErrorBody
 
 
+TASK_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
+
+
 class TaskIn(Open):
-    key: str
+    key: str = Field(pattern=TASK_KEY_PATTERN)
     kind: Literal["tool", "round", "await", "join", "delegate"]
     after: list[str] = Field(default_factory=list)
     on_failure: Literal["propagate", "absorb", "halt"] = "propagate"
@@ -145,6 +195,16 @@ class RetryIn(In):
 
 
 class CreateIn(In):
+    """A run needs `tasks` (at least one) or an `agent` whose manifest drives it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["tasks"], "properties": {"tasks": {"type": "array", "minItems": 1}}},
+                {"required": ["agent"], "properties": {"agent": {"type": "string", "minLength": 1}}},
+            ]
+        }
+    )
     agent: str | None = None
     input: Any = None
     tasks: list[TaskIn] | None = None
@@ -155,7 +215,7 @@ class CreateIn(In):
 
 
 class AppendIn(In):
-    tasks: list[TaskIn]
+    tasks: list[TaskIn] = Field(min_length=1)
     deliverable: str | None = None
 
 
@@ -170,7 +230,7 @@ class RetryTaskIn(In):
 
 
 class DigestIn(In):
-    digest: str | None = None
+    digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
 
 
 class ValueIn(In):
@@ -181,15 +241,33 @@ class ResolveIn(In):
     """A client await's bearer proof in the body, where access logs do not keep it: its value, or
     that what it waited on failed (`error`: the await fails with await_failed and these words)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["value", "error"],
+                "properties": {"value": {"not": {"type": "null"}}, "error": {"type": "string"}},
+            }
+        }
+    )
     token: str
     value: Any = None
-    error: str | None = None
+    error: str | None = Field(default=None, min_length=1)
 
 
 class AwaitOutcomeIn(In):
+    """Its `value`, or `error` (what the await waited on failed: it fails with await_failed and
+    these words), never both."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["value", "error"],
+                "properties": {"value": {"not": {"type": "null"}}, "error": {"type": "string"}},
+            }
+        }
+    )
     value: Any = None
-    # What the await waited on failed: the await fails with await_failed and these words.
-    error: str | None = None
+    error: str | None = Field(default=None, min_length=1)
 
 
 class TaskError(Out):

@@ -20,8 +20,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from runs import failures
-from runs.kernel import InvalidRequest, NotFound, repair_candidates_of
-from runs.models import Membership, Run, Task, TaskStatus, TraceEvent, Workspace
+from runs.kernel import InvalidRequest, NotFound, quota_limits, repair_candidates_of
+from runs.models import RUN_OPEN, Membership, Run, Task, TaskStatus, TraceEvent, Workspace
 from runs.permissions import can_read_content, role_of
 
 # Trace event data a closed reader may see: structure, statuses, flags and counts, never words.
@@ -369,3 +369,27 @@ def runs_page(
     items = [run_summary(r, can_read_content(user, r)) for r in page]
     next_cursor = encode_cursor([page[-1].created_at.isoformat(), str(page[-1].id)]) if more and page else None
     return {"count": count, "items": items, "next": next_cursor}
+
+
+def workspace_quotas(workspace: Workspace) -> list[dict[str, Any]]:
+    """The workspace's quotas with what it uses of each (the Settings page): runs not finished and
+    the bytes its runs' inputs store; tasks a run holds are checked at each create and append."""
+    limits = quota_limits()
+    stored = Workspace.objects.filter(pk=workspace.pk).values_list("stored_input_bytes", flat=True).get()
+    active = Run.objects.filter(workspace_id=workspace.pk, status__in=RUN_OPEN).count()
+    rows = [
+        ("active_runs", "Runs not finished", active, "runs"),
+        ("tasks_per_run", "Tasks in one run", None, "tasks"),
+        ("input_bytes", "Stored run inputs", int(stored), "bytes"),
+    ]
+    return [
+        {
+            "quota": quota,
+            "label": label,
+            "limit": limits[quota] or None,
+            "used": used,
+            "unit": unit,
+            "percent": min(100, round(100 * used / limits[quota])) if used is not None and limits[quota] else None,
+        }
+        for quota, label, used, unit in rows
+    ]

@@ -225,6 +225,22 @@ def celery_queue() -> Iterator[str]:
         client.close()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fresh_rate_windows() -> None:
+    """The request rate counters key on the database's name and user ids; a new test database
+    hands out the same ids again, so a previous session's counters (of the same window) would
+    count against this one's users."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        names = list(client.scan_iter(f"oz0:rate:{settings.DATABASES['default']['TEST']['NAME']}*", count=1000))
+        if names:
+            client.delete(*names)
+    finally:
+        client.close()
+
+
 def _open_transactions() -> list[Any]:
     """Atomic blocks of the code under test (not the test case's own wrapper)."""
     return [block for block in connection.atomic_blocks if not getattr(block, "_from_testcase", False)]

@@ -6,11 +6,11 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Query, Router
 
 from runs import selectors
 from runs.kernel import NotFound
-from runs.schemas import ErrorOut, Out
+from runs.schemas import SLUG_QUERY, ErrorOut, Out
 from testtools.models import EffectRecord
 
 router = Router(tags=["test tools"])
@@ -24,7 +24,7 @@ class EffectCount(Out):
 
 
 @router.get("/test/effects/{effect_id}", response={200: EffectCount, **ERRORS}, summary="How often a test effect ran")
-def effect_count(request: HttpRequest, effect_id: str, workspace: str | None = None) -> dict[str, Any]:
+def effect_count(request: HttpRequest, effect_id: str, workspace: str | None = Query(None, **SLUG_QUERY)) -> dict[str, Any]:
     """Counts the executions of runs in the caller's workspaces (or in the one named) only."""
     if not settings.OZ0_TEST_TOOLS:
         raise NotFound("test tool ledger")

@@ -11,13 +11,14 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Schema
 from ninja.security import HttpBearer
+from pydantic import Field
 
 from oz0site.auth import person_auth
 from runs import kernel
 from runs.api import body_of
 from runs.executor_api import service
 from runs.kernel import Forbidden
-from runs.schemas import ErrorOut
+from runs.schemas import SLUG_PATTERN, ErrorOut
 
 router = Router(tags=["executors"])
 
@@ -29,13 +30,15 @@ class ExecutorAuth(HttpBearer):
         executor = service.authenticate(token)
         if executor is not None:
             request.executor = executor  # type: ignore[attr-defined]
+            # A call's result carries its output: the row store's cap, not a verb's.
+            request._oz0_body_max = kernel.MAX_PAYLOAD_BYTES  # type: ignore[attr-defined]
         return executor
 
 
 class RegisterIn(Schema):
-    tools: list[str]
-    name: str = ""
-    workspace: str | None = None
+    tools: list[str] = Field(min_length=1)
+    name: str = Field(default="", max_length=100)
+    workspace: str | None = Field(default=None, min_length=1, max_length=64, pattern=SLUG_PATTERN)
 
 
 class RegisteredOut(Schema):
@@ -82,7 +85,12 @@ class RevokedOut(Schema):
     failed_calls: int
 
 
-@router.post("/executors", response={201: RegisteredOut, **ERRORS}, auth=person_auth(), summary="Register an executor (S8)")
+@router.post(
+    "/executors",
+    response={201: RegisteredOut, **ERRORS},
+    auth=person_auth("operator", where="any", rate="write"),
+    summary="Register an executor (S8)",
+)
 def register(request: HttpRequest, payload: RegisterIn) -> tuple[int, dict[str, Any]]:
     body = body_of(request) or {}
     registered = service.register(

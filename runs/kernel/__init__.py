@@ -55,7 +55,15 @@ from runs.kernel.compile import (
     delegate_call_spec,
 )
 from runs.kernel.delegation import words_of
-from runs.kernel.errors import Conflict, ContentHidden, Forbidden, InvalidRequest, KernelError, NotFound
+from runs.kernel.errors import (
+    Conflict,
+    ContentHidden,
+    Forbidden,
+    InvalidRequest,
+    KernelError,
+    NotFound,
+    QuotaExceeded,
+)
 from runs.kernel.expansion import await_token_digest
 from runs.kernel.failure import nonreplayable_calls
 from runs.kernel.graph import (
@@ -68,7 +76,7 @@ from runs.kernel.graph import (
     repair_candidates,
 )
 from runs.kernel.guards import GuardError, evaluate_guard, guard_steps, parse_guard
-from runs.kernel.intake import append, create_run
+from runs.kernel.intake import append, create_run, input_bytes, quota_limits
 from runs.kernel.leases import (
     LeasedCall,
     claim_call,
@@ -149,6 +157,9 @@ __all__ = [
     "GuardError",
     "InvalidRequest",
     "KernelError",
+    "QuotaExceeded",
+    "input_bytes",
+    "quota_limits",
     "LeasedCall",
     "NotFound",
     "Outcome",

@@ -48,3 +48,12 @@ class ContentHidden(KernelError):
 
     def __init__(self, detail: str = "deciding this needs to read it: the run's words are hidden from you") -> None:
         super().__init__("content_hidden", detail)
+
+
+class QuotaExceeded(KernelError):
+    """A workspace's quota would be passed: nothing was written. 429 for what frees itself (active
+    runs finish), 403 for what does not (a run's tasks, the workspace's stored input)."""
+
+    def __init__(self, quota: str, limit: int, detail: str, *, status: int) -> None:
+        super().__init__("quota_exceeded", detail, status=status)
+        self.extra = {"quota": quota, "limit": limit}

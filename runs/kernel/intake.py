@@ -7,28 +7,89 @@ tasks enter a run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 
 from runs.kernel.access import actor_name, require_write
 from runs.kernel.commit import commit, locked
 from runs.kernel.compile import check_storable, compile_create, compile_tasks
-from runs.kernel.errors import Conflict, InvalidRequest
+from runs.kernel.errors import Conflict, InvalidRequest, QuotaExceeded
 from runs.kernel.expansion import add_tasks
 from runs.kernel.graph import FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
 from runs.kernel.settling import release_hold
 from runs.kernel.txn import Txn
-from runs.models import Run, RunStatus, Task, Workspace
+from runs.models import RUN_OPEN, Run, RunStatus, Task, Workspace
+
+
+def quota_limits() -> dict[str, int]:
+    """Each workspace's quotas (0: none): runs not finished, tasks a person's requests give one
+    run, and the bytes of the inputs its runs store (`OZ0_QUOTA_*`)."""
+    return {
+        "active_runs": int(settings.OZ0_QUOTA_ACTIVE_RUNS),
+        "tasks_per_run": int(settings.OZ0_QUOTA_TASKS_PER_RUN),
+        "input_bytes": int(settings.OZ0_QUOTA_INPUT_BYTES),
+    }
+
+
+def input_bytes(value: Any) -> int:
+    """A run input's size as the quota counts it: the bytes of its compact JSON text."""
+    if value is None:
+        return 0
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def _check_tasks_quota(have: int, adding: int) -> None:
+    limit = quota_limits()["tasks_per_run"]
+    if limit > 0 and have + adding > limit:
+        raise QuotaExceeded(
+            "tasks_per_run",
+            limit,
+            f"the run would hold {have + adding} tasks; this workspace's quota is {limit} a run",
+            status=403,
+        )
+
+
+def _claim_run_quota(workspace: Workspace, size: int) -> None:
+    """Inside the create's transaction: the workspace's row (FOR NO KEY UPDATE, which inserts of
+    its runs' foreign keys do not wait for) orders its creates, so two cannot both take the last
+    place; the stored bytes grow in the same transaction as the run."""
+    limits = quota_limits()
+    stored = Workspace.objects.select_for_update(no_key=True).filter(pk=workspace.pk).values_list("stored_input_bytes", flat=True)
+    stored_bytes = int(stored.get())
+    if limits["active_runs"] > 0:
+        active = Run.objects.filter(workspace_id=workspace.pk, status__in=RUN_OPEN).count()
+        if active >= limits["active_runs"]:
+            raise QuotaExceeded(
+                "active_runs",
+                limits["active_runs"],
+                f"the workspace has {active} runs not finished; its quota is {limits['active_runs']}",
+                status=429,
+            )
+    if limits["input_bytes"] > 0 and stored_bytes + size > limits["input_bytes"]:
+        raise QuotaExceeded(
+            "input_bytes",
+            limits["input_bytes"],
+            f"the workspace's runs store {stored_bytes} bytes of input and this one {size}; its quota is {limits['input_bytes']}",
+            status=403,
+        )
+    if size:
+        Workspace.objects.filter(pk=workspace.pk).update(stored_input_bytes=F("stored_input_bytes") + size)
 
 
 def create_run(*, workspace: Workspace, user: Any, body: Mapping[str, Any]) -> tuple[Run, dict[str, Any]]:
-    """Compile the whole request, then write the run, its tasks and their first moves (S30-S32)."""
+    """Compile the whole request, then write the run, its tasks and their first moves (S30-S32).
+    A person's create is held to the workspace's quotas; nothing is written past one."""
     require_write(user, workspace.pk)
     request = compile_create(body, workspace)
     agent_version = request.agent_version
+    _check_tasks_quota(0, len(request.tasks))
     with transaction.atomic():
+        _claim_run_quota(workspace, input_bytes(request.input))
         run = Run.objects.create(
             workspace=workspace,
             agent_version=agent_version,
@@ -82,6 +143,8 @@ def append(*, run_id: Any, user: Any, body: Mapping[str, Any]) -> tuple[Run, dic
             referenced.add(body["deliverable"])
         existing = dict(Task.objects.filter(run=run, key__in=referenced).values_list("key", "kind"))
         compiled = compile_tasks(raw_tasks, existing_keys=existing, deliverable=body.get("deliverable"))
+        if quota_limits()["tasks_per_run"] > 0:
+            _check_tasks_quota(Task.objects.filter(run=run).count(), len(compiled.tasks))
         if compiled.deliverable:
             txn.set_run(deliverable=compiled.deliverable)
         txn.event(None, "appended", data={"keys": [t.key for t in compiled.tasks], "deliverable": compiled.deliverable})

@@ -1,0 +1,62 @@
+"""Per-user request rate limits of the JSON API, in Redis: a fixed window per user and kind.
+
+Two kinds: `write` (every POST and DELETE a person sends) and `read` (the expensive reads: run
+lists, traces, the audit trail, findings, scorecards, the inbox). Each is OZ0_RATE_<KIND> requests
+per OZ0_RATE_WINDOW_SECONDS; past it the request is refused 429 `rate_limited` with `Retry-After`
+(the seconds until the window turns) before its standing is looked up or its body read.
+
+A fixed window is one INCR and (on the window's first request) one EXPIRE, pipelined: one round
+trip. It lets a client burst up to twice the limit across a window's edge, which is harmless for
+a limit that exists to bound one member's share, not to meter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from functools import lru_cache
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import connection
+
+from runs.kernel import KernelError
+
+
+class RateLimited(KernelError):
+    status = 429
+
+    def __init__(self, kind: str, limit: int, window: float, retry_after: int) -> None:
+        super().__init__(
+            "rate_limited", f"more than {limit} {kind} requests in {window:g} s from you; try again in {retry_after} s"
+        )
+        self.retry_after = retry_after
+
+
+@lru_cache(maxsize=1)
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+def limit_of(kind: str) -> int:
+    return int(settings.OZ0_RATE_WRITES if kind == "write" else settings.OZ0_RATE_READS)
+
+
+def admit(user_id: Any, kind: str) -> None:
+    """Count one request of `kind` by the user; RateLimited past the window's limit (0: no limit)."""
+    limit = limit_of(kind)
+    if limit <= 0:
+        return
+    window = float(settings.OZ0_RATE_WINDOW_SECONDS)
+    now = time.time()
+    index = int(now // window)
+    # Users are rows of one database: installs (and test sessions) sharing a Redis keep apart.
+    key = f"oz0:rate:{connection.settings_dict['NAME']}:{kind}:{user_id}:{index}"
+    pipe = _client().pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.expire(key, math.ceil(window) + 1, nx=True)
+    count, _ = pipe.execute()
+    if int(count) > limit:
+        retry_after = max(1, math.ceil((index + 1) * window - now))
+        raise RateLimited(kind, limit, window, retry_after)

@@ -1,0 +1,207 @@
+"""A route's standing is checked before its body is read (issue 27.1): an outsider (404), a viewer
+or a reader at an operator's route (403) is refused before a byte of JSON is parsed; verb bodies
+are capped far below a run's 1 MiB (413); each person's writes and expensive reads are rate
+limited (429 with Retry-After)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import Client, override_settings
+
+from runs.models import Run
+from tests.conftest import Api, Team
+
+pytestmark = pytest.mark.usefixtures("no_dispatch")
+
+
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The sizes of the big texts `json.loads` was handed (the body parser's, the client's answers are small)."""
+    sizes: list[int] = []
+    real = json.loads
+
+    def spy(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(text) > 50_000:
+            sizes.append(len(text))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", spy)
+    yield sizes
+
+
+def _run(team: Team) -> str:
+    status, body = team.api().post(
+        f"/workspaces/{team.workspace.slug}/runs", {"tasks": [{"key": "q", "kind": "await", "question": "?"}]}
+    )
+    assert status == 201, body
+    return str(body["run"]["id"])
+
+
+def _raw(api: Api, path: str, body: str) -> tuple[int, Any]:
+    return api.post(path, raw=body)
+
+
+def test_a_viewers_huge_body_to_a_verb_is_refused_unparsed(team: Team, parsed: list[int]) -> None:
+    """Before, the parser read, walked and validated up to 1 MiB before the view asked whether the
+    caller may act: a viewer's big bodies took the web process from everyone."""
+    run_id = _run(team)
+    seq = Run.objects.get(pk=run_id).last_seq
+    # About 1 MiB: under the row store's cap (a create's and an append's), far over a verb's.
+    body = json.dumps({"value": list(range(150_000))})
+    assert len(body) > 900_000
+    for role, want in (("viewer", 403), ("reader", 403), ("outsider", 404)):
+        for path in (f"/runs/{run_id}/tasks/q/answer", f"/runs/{run_id}/append", f"/workspaces/{team.workspace.slug}/runs"):
+            status, answer = _raw(team.api(role), path, body)
+            assert status == want, (role, path, answer)
+            assert answer["error"]["key"] == ("forbidden" if want == 403 else "not_found")
+    assert parsed == [], "a body was parsed for a caller without standing"
+    assert Run.objects.get(pk=run_id).last_seq == seq
+
+
+def test_it_refuses_before_reading_the_body_at_all(team: Team) -> None:
+    """The standing check runs in the auth step: a body that is not even JSON gets the caller's
+    403/404, not the parser's 400."""
+    run_id = _run(team)
+    assert _raw(team.api("viewer"), f"/runs/{run_id}/cancel", "{not json")[0] == 403
+    assert _raw(team.api("outsider"), f"/runs/{run_id}/cancel", "{not json")[0] == 404
+    assert _raw(team.api("operator"), f"/runs/{run_id}/cancel", "{not json")[0] == 400
+
+
+ROUTES = [
+    # (method, path template, body, the role it needs)
+    ("POST", "/workspaces/{ws}/runs", {"tasks": [{"key": "e", "kind": "tool", "tool": "test.echo", "args": {}}]}, "operator"),
+    ("POST", "/runs/{run}/append", {"tasks": [{"key": "e2", "kind": "tool", "tool": "test.echo", "args": {}}]}, "operator"),
+    ("POST", "/runs/{run}/tasks/q/answer", {"value": 1}, "operator"),
+    ("POST", "/runs/{run}/tasks/q/approve", {}, "operator"),
+    ("POST", "/runs/{run}/tasks/q/deny", {"reason": "no"}, "operator"),
+    ("POST", "/runs/{run}/tasks/q/retry", {}, "operator"),
+    ("POST", "/runs/{run}/pause", {}, "operator"),
+    ("POST", "/runs/{run}/cancel", {"reason": "r"}, "operator"),
+    ("POST", "/workspaces/{ws}/holds/retry", {"all": True, "dry_run": True}, "operator"),
+    ("POST", "/workspaces/{ws}/agents", {"manifest": "name: m\nmodel: script\n"}, "operator"),
+    ("GET", "/runs/{run}", None, "viewer"),
+    ("GET", "/runs/{run}/trace", None, "viewer"),
+    ("GET", "/workspaces/{ws}/runs", None, "viewer"),
+    ("GET", "/workspaces/{ws}/audit", None, "viewer"),
+    ("GET", "/workspaces/{ws}/agents", None, "viewer"),
+]
+RANK = {"viewer": 1, "reader": 2, "operator": 3}
+
+
+@pytest.mark.parametrize(("method", "template", "body", "needs"), ROUTES, ids=[f"{m} {t}" for m, t, _, _ in ROUTES])
+def test_the_role_matrix(team: Team, method: str, template: str, body: Any, needs: str) -> None:
+    for role in ("outsider", "viewer", "reader", "operator"):
+        path = template.format(ws=team.workspace.slug, run=_run(team))
+        status, answer = team.api(role).call(method, path, body)
+        if role == "outsider":
+            assert status == 404, (role, answer)
+        elif RANK[role] < RANK[needs]:
+            assert (status, answer["error"]["key"]) == (403, "forbidden"), (role, answer)
+        else:
+            assert status not in (403, 404), (role, answer)
+
+
+def test_verb_bodies_are_capped_far_below_a_runs(team: Team, parsed: list[int]) -> None:
+    run_id = _run(team)
+    api = team.api()
+    status, answer = _raw(api, f"/runs/{run_id}/tasks/q/answer", json.dumps({"value": "x" * 70_000}))
+    assert (status, answer["error"]["key"]) == (413, "payload_too_large")
+    assert "65536" in answer["error"]["detail"]
+    assert parsed == []
+    # A create and an append keep the row store's 1 MiB.
+    big_input = "x" * 500_000
+    status, created = api.post(
+        f"/workspaces/{team.workspace.slug}/runs", {"input": big_input, "tasks": [{"key": "q", "kind": "await"}]}
+    )
+    assert status == 201, created
+    status, _ = api.post(f"/runs/{run_id}/append", {"tasks": [{"key": "a", "kind": "await", "question": "y" * 500_000}]})
+    assert status == 200
+    # A verb with a small body goes through.
+    assert api.post(f"/runs/{run_id}/cancel", {"reason": "done"})[0] == 200
+
+
+def test_a_declared_length_past_the_cap_is_refused_before_the_body_is_read(team: Team) -> None:
+    run_id = _run(team)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {team.tokens['operator']}")
+    response = client.generic(
+        "POST", f"/api/v1/runs/{run_id}/cancel", b"{}", content_type="application/json", CONTENT_LENGTH="10000000"
+    )
+    assert response.status_code == 413 and response.json()["error"]["key"] == "payload_too_large"
+
+
+@override_settings(OZ0_VERB_BODY_MAX=1024)
+def test_the_verb_cap_is_a_setting(team: Team) -> None:
+    run_id = _run(team)
+    status, answer = team.api().post(f"/runs/{run_id}/cancel", {"reason": "r" * 2000})
+    assert (status, answer["error"]["key"]) == (413, "payload_too_large")
+
+
+@override_settings(OZ0_RATE_WRITES=3, OZ0_RATE_WINDOW_SECONDS=3600)
+def test_writes_are_rate_limited_per_person(team: Team) -> None:
+    run_id = _run(team)  # the first write
+    api = team.api()
+    assert api.post(f"/runs/{run_id}/pause")[0] == 200
+    assert api.post(f"/runs/{run_id}/resume")[0] == 200
+    response = api.client.post(f"/api/v1/runs/{run_id}/pause", "{}", content_type="application/json")
+    assert response.status_code == 429
+    assert response.json()["error"]["key"] == "rate_limited"
+    assert 1 <= int(response["Retry-After"]) <= 3600
+    assert Run.objects.get(pk=run_id).status == "running"  # the refused pause changed nothing
+    # Reads are another budget, and another person's writes their own.
+    assert api.get(f"/runs/{run_id}")[0] == 200
+    other = Team()
+    assert other.api().post(f"/workspaces/{other.workspace.slug}/runs", {"tasks": [{"key": "q", "kind": "await"}]})[0] == 201
+
+
+@override_settings(OZ0_RATE_READS=2, OZ0_RATE_WINDOW_SECONDS=3600)
+def test_expensive_reads_are_rate_limited_per_person(team: Team) -> None:
+    run_id = _run(team)
+    api = team.api("viewer")
+    assert api.get(f"/runs/{run_id}/trace")[0] == 200
+    assert api.get(f"/workspaces/{team.workspace.slug}/runs")[0] == 200
+    status, answer = api.get(f"/runs/{run_id}/trace")
+    assert (status, answer["error"]["key"]) == (429, "rate_limited")
+    assert api.get(f"/runs/{run_id}")[0] == 200  # one run's document is no expensive read
+    assert team.api("reader").get(f"/runs/{run_id}/trace")[0] == 200
+
+
+def _operations() -> list[tuple[str, str, Any]]:
+    from oz0site.api import api
+
+    found = []
+    for prefix, router in api._routers:
+        for path, view in router.path_operations.items():
+            for operation in view.operations:
+                for method in operation.methods:
+                    found.append((method, prefix + path, operation))
+    return found
+
+
+def test_every_route_declares_its_standing_before_its_body() -> None:
+    """A route added later cannot forget it: every person's write is rate limited, and every route
+    whose path names a workspace or a run checks the caller's role there in its auth step."""
+    from oz0site.auth import BearerAuth, SessionAuth
+    from runs.executor_api.router import ExecutorAuth
+
+    checked = 0
+    for method, path, operation in _operations():
+        people = [c for c in operation.auth_callbacks if isinstance(c, BearerAuth | SessionAuth)]
+        if not people:
+            assert all(isinstance(c, ExecutorAuth) for c in operation.auth_callbacks), (method, path)
+            continue
+        routes = {c.route for c in people}
+        assert len(routes) == 1, (method, path)
+        route = routes.pop()
+        if method in ("POST", "DELETE", "PUT", "PATCH") and not any(
+            isinstance(c, ExecutorAuth) for c in operation.auth_callbacks
+        ):
+            assert route.rate == "write", (method, path)
+        for where in ("ws", "run_id"):
+            if "{" + where + "}" in path:
+                assert route.where == where and route.role is not None, (method, path)
+        checked += 1
+    assert checked > 30

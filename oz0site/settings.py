@@ -117,6 +117,15 @@ CACHES = {
     }
 }
 
+# Live sockets (runs/consumers.py, oz0site/sockets.py). The most sockets one person, and one
+# signed-in session, may hold open at once (across every web process; a refusal closes with 4429).
+OZ0_SOCKETS_PER_USER = env.int("OZ0_SOCKETS_PER_USER", default=50)
+OZ0_SOCKETS_PER_SESSION = env.int("OZ0_SOCKETS_PER_SESSION", default=20)
+# The Redis connections a web process's sockets share (membership stamps, socket leases); a burst
+# larger than the pool waits for a connection, at most OZ0_SOCKET_REDIS_WAIT seconds.
+OZ0_SOCKET_REDIS_CONNECTIONS = env.int("OZ0_SOCKET_REDIS_CONNECTIONS", default=20)
+OZ0_SOCKET_REDIS_WAIT = env.float("OZ0_SOCKET_REDIS_WAIT", default=5.0)
+
 # Celery: production-shaped by default. acks_late + reject_on_worker_lost put a
 # message back when a worker dies mid-task; the kernel's conditional claim makes
 # the redelivery harmless. The visibility timeout outlives any task we run.

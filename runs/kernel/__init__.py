@@ -96,18 +96,22 @@ from runs.kernel.verbs import (
     retry,
 )
 from runs.kernel.worker import (
+    NO_ROOM,
     Claimed,
+    NoRoom,
     Outcome,
     claim_batch,
     claim_task,
     defer_queued,
     heartbeat,
     report_batch,
+    send_within_share,
     session_room,
     task_complete,
     task_errored,
     task_fail,
     task_stopped,
+    workers_held,
 )
 
 __all__ = [
@@ -151,6 +155,8 @@ __all__ = [
     "claim_batch",
     "claim_call",
     "claim_prefix",
+    "NO_ROOM",
+    "NoRoom",
     "claim_task",
     "compact",
     "create_run",
@@ -163,6 +169,7 @@ __all__ = [
     "held_call",
     "install_sender",
     "defer_queued",
+    "send_within_share",
     "session_room",
     "TemplateError",
     "template_steps",
@@ -201,5 +208,6 @@ __all__ = [
     "task_errored",
     "task_fail",
     "task_stopped",
+    "workers_held",
     "words_of",
 ]

@@ -17,9 +17,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("references", "fan", "chain", "propagate", "inbox", "scorecard", "live", "chaos")
+WORKLOADS = ("references", "fan", "chain", "propagate", "inbox", "scorecard", "live", "neighbors", "chaos")
 # Run first the workloads that must not have workers consuming the bench queue.
-ORDER = ("propagate", "inbox", "scorecard", "references", "fan", "chain", "live", "chaos")
+ORDER = ("propagate", "inbox", "scorecard", "references", "fan", "chain", "live", "neighbors", "chaos")
 # Not in the full run: `chaos` breaks a stack of its own for ten minutes (`--only chaos`).
 ON_REQUEST = ("chaos",)
 
@@ -119,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
 
                     ensure_workers()
                     sections[name] = live.run(profile, env, procs)
+                elif name == "neighbors":
+                    from bench import neighbors
+
+                    ensure_workers()
+                    sections[name] = neighbors.run(profile, env, procs)
                 elif name == "chaos":
                     from bench import chaos
 

@@ -280,6 +280,8 @@ class Processes:
                 str(WORKER_PROCESSES),
                 "--pool",
                 "prefork",
+                "-O",
+                "fair",  # as `./oz0 up` runs it
                 "-n",
                 f"{queue}@%h",
                 "--without-gossip",

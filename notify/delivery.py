@@ -3,7 +3,9 @@
 A webhook body is `{"text": ...}` (what Slack, Mattermost and Rocket.Chat incoming webhooks take),
 sent with `X-Oz0-Signature: sha256=<hex>`, the HMAC-SHA256 of the exact body bytes under the
 subscription's secret, so a receiver can tell our digests from anyone else's POST. Redirects are
-not followed (a redirect could lead past the private-address check) and the answer's body is never
+not followed (a redirect could lead past the private-address check), the host's name is resolved
+once and the request sent to the address that was vetted (no second look-up a rebinding name could
+answer differently), and the answer's body is never
 read into an error: a failure records the status or the exception's class only.
 """
 
@@ -14,7 +16,8 @@ import hmac
 import json
 import smtplib
 import socket
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from django.core.mail import send_mail
@@ -42,25 +45,61 @@ def send_email(address: str, subject: str, text: str) -> None:
         raise DeliveryError(f"e-mail: {type(error).__name__}") from None
 
 
-def _check_resolved_host(url: str) -> None:
-    """Every address the host resolves to must be public, unless private webhooks are allowed."""
-    if private_webhooks_allowed():
-        return
+def vetted_address(url: str) -> str:
+    """The one address the webhook's host resolves to that the send will connect to.
+
+    The name is resolved once, here: every address it gives must be public (unless private webhooks
+    are allowed), and the request then goes to the first of them, so a name that answers a public
+    address now and a private one a moment later (DNS rebinding) cannot steer the connection.
+    """
     parts = urlsplit(url)
     try:
-        infos = socket.getaddrinfo(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+        infos = socket.getaddrinfo(
+            parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM
+        )
     except OSError:
         raise DeliveryError("webhook: the host does not resolve") from None
-    if any(is_private_address(str(info[4][0])) for info in infos):
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses:
+        raise DeliveryError("webhook: the host does not resolve")
+    if not private_webhooks_allowed() and any(is_private_address(address) for address in addresses):
         raise DeliveryError("webhook: the host resolves to a private address (refused)")
+    return addresses[0]
+
+
+def pinned_request(url: str, address: str) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """(the URL aimed at `address`, the Host header, the request's extensions keeping the TLS name).
+
+    The connection goes to the vetted address; the server still sees the name in Host, and TLS
+    sends it as SNI and checks the certificate against it.
+    """
+    parts = urlsplit(url)
+    literal = f"[{address}]" if ":" in address else address
+    netloc = literal + (f":{parts.port}" if parts.port else "")
+    extensions: dict[str, Any] = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
+    return urlunsplit(parts._replace(netloc=netloc)), {"Host": parts.netloc.rsplit("@", 1)[-1]}, extensions
+
+
+def _transport() -> httpx.BaseTransport | None:
+    """The HTTP transport (None: httpx's own); tests put a recording one here."""
+    return None
 
 
 def post_webhook(url: str, secret: str, text: str) -> None:
-    _check_resolved_host(url)
+    target, host, extensions = pinned_request(url, vetted_address(url))
     body = json.dumps({"text": text}, ensure_ascii=False).encode()
-    headers = {"Content-Type": "application/json", SIGNATURE_HEADER: signature(secret, body), "User-Agent": "oz0-notify"}
+    headers = {
+        **host,
+        "Content-Type": "application/json",
+        SIGNATURE_HEADER: signature(secret, body),
+        "User-Agent": "oz0-notify",
+    }
     try:
-        response = httpx.post(url, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False)
+        # No proxy from the environment: the request goes to the address that was vetted.
+        with httpx.Client(
+            transport=_transport(), timeout=WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False, trust_env=False
+        ) as client:
+            response = client.post(target, content=body, headers=headers, extensions=extensions)
     except httpx.HTTPError as error:
         raise DeliveryError(f"webhook: {type(error).__name__}") from None
     if not 200 <= response.status_code < 300:

@@ -8,7 +8,8 @@ question when the model's await started, a hold when the run was held. Keyed cli
 covers waits up to a few seconds ago (SETTLE), so a wait stamped by a transaction that commits
 after the digest read is still news to the next one.
 
-The message carries each wait's kind, run link and age; words (the question, the args, the
+The message carries each wait's kind, run link and age (in a webhook's chat text, every value from
+a run made inert: Slack's escape and a code span, see chat_literal); words (the question, the args, the
 failure's message) only when the subscriber may read the run's content (F11, F12). Membership
 is re-read at send time: a removed member gets nothing.
 """
@@ -127,18 +128,44 @@ def _age(now: datetime, since: datetime) -> str:
     return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
 
 
-def compose(sub: Subscription, waits: list[Wait], total: int, now: datetime) -> tuple[str, str]:
-    """(subject, text) of one digest."""
+def slack_escaped(text: str) -> str:
+    """Text Slack shows as written: its three control characters as the entities its docs name.
+
+    Slack reads `<...>` as a link, a mention or a broadcast (`<!channel>`, `<http://x|label>`) and
+    `&` as the start of an entity; escaped, they are shown, not acted on.
+    """
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def chat_literal(text: str) -> str:
+    """Words from a run (a model's question, args, a failure's message) made inert for chat.
+
+    Slack's escape (above) for Slack's `<...>` markup, then one inline code span: Mattermost and
+    Rocket.Chat render Markdown and link `@channel`, `@all` and `[label](url)` in plain text, but
+    show a code span literally, and so does Slack. A backtick inside would end the span, and the
+    span is one line, so both are replaced.
+    """
+    flat = " ".join(text.replace("`", "'").split())
+    return f"`{slack_escaped(flat)}`" if flat else ""
+
+
+def compose(sub: Subscription, waits: list[Wait], total: int, now: datetime, *, chat: bool = False) -> tuple[str, str]:
+    """(subject, text) of one digest; with `chat`, the text a Slack-compatible webhook receives.
+
+    In a chat text every value that came from a run (agent name, task key, the words) is inert:
+    it can neither mention a channel nor disguise a link.
+    """
     base = settings.OZ0_PUBLIC_URL.rstrip("/")
     workspace = sub.workspace.slug
+    literal = chat_literal if chat else str
     subject = f"oz0: {total} new wait{'s' if total != 1 else ''} on a person in {workspace}"
-    lines = [subject, ""]
+    lines = [slack_escaped(subject) if chat else subject, ""]
     for wait in waits:
-        agent = f" · agent {wait.run.agent_name}" if wait.run.agent_name else ""
-        task = f" · task {wait.task}" if wait.task else ""
+        agent = f" · agent {literal(wait.run.agent_name)}" if wait.run.agent_name else ""
+        task = f" · task {literal(wait.task)}" if wait.task else ""
         lines.append(f"- {wait.kind}{agent}{task} · waiting {_age(now, wait.since)} · {base}/runs/{wait.run.id}/")
         if wait.words:
-            lines.append(f"  {wait.words[:500]}")
+            lines.append(f"  {literal(wait.words[:500])}")
     if total > len(waits):
         lines.append(f"… and {total - len(waits)} more")
     lines += ["", f"Inbox: {base}/w/{workspace}/inbox/", f"Your subscriptions: {base}/subscriptions/"]
@@ -191,12 +218,12 @@ def deliver(subscription_id: int, now: datetime | None = None) -> str:
     if not waits:
         rows.update(queued_at=None)
         return "nothing"
-    subject, text = compose(sub, waits, total, now)
     try:
         if sub.email:
+            subject, text = compose(sub, waits, total, now)
             send_email(sub.user.email, subject, text)
         if sub.webhook_url:
-            post_webhook(sub.webhook_url, sub.secret, text)
+            post_webhook(sub.webhook_url, sub.secret, compose(sub, waits, total, now, chat=True)[1])
     except DeliveryError as error:
         rows.update(last_attempt_at=now, last_error=str(error)[:500], consecutive_failures=F("consecutive_failures") + 1)
         raise

@@ -5,7 +5,8 @@ link-local such as a cloud's metadata endpoint) are refused unless OZ0_NOTIFY_PR
 set: a webhook is a request our workers make on a member's behalf, and by default a member must not
 be able to aim it inside the deployment's network. An install whose chat server sits on its own
 network turns the setting on. The check is made here for literal addresses and names, and again
-at send time on every address the name resolves to (notify/delivery.py).
+at send time on every address the name resolves to (notify/delivery.py), which then connects to
+the address it vetted. An IPv6 address that embeds an IPv4 one is judged by the IPv4 it reaches.
 """
 
 from __future__ import annotations
@@ -39,11 +40,36 @@ def private_webhooks_allowed() -> bool:
     return bool(getattr(settings, "OZ0_NOTIFY_PRIVATE_WEBHOOKS", False))
 
 
+# IPv6 prefixes whose low 32 bits carry an IPv4 address a host or gateway will reach: IPv4-mapped
+# (::ffff:0:0/96), IPv4-translated (::ffff:0:0:0/96, RFC 2765), the deprecated IPv4-compatible
+# (::/96) and NAT64's well-known prefix (64:ff9b::/96, RFC 6052). Python calls most of them global.
+EMBEDDING_PREFIXES = tuple(
+    ipaddress.IPv6Network(prefix) for prefix in ("::ffff:0:0/96", "::ffff:0:0:0/96", "::/96", "64:ff9b::/96")
+)
+# NAT64 for local use (RFC 8215): the gateway is the deployment's own, its targets its own choice.
+LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries (mapped, translated, compatible, NAT64, 6to4), if any."""
+    if ip.sixtofour is not None:  # 2002::/16 carries it in bits 16-48
+        return ip.sixtofour
+    if any(ip in prefix for prefix in EMBEDDING_PREFIXES):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def is_private_address(address: str) -> bool:
-    """True for any address that is not globally routable (loopback, private, link-local, ...)."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    """True for any address that is not globally routable (loopback, private, link-local, ...).
+
+    An IPv6 address that embeds an IPv4 one (`[::127.0.0.1]`, `[64:ff9b::a00:1]`, `[2002:7f00:1::]`)
+    is judged by the IPv4 address it reaches.
+    """
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in LOCAL_NAT64 or ip.teredo is not None:
+            return True
+        ip = embedded_ipv4(ip) or ip
     return not ip.is_global or ip.is_multicast
 
 

@@ -75,7 +75,11 @@ def cmd_up(args: list[str]) -> int:
             if not supervisor.stopping.is_set():
                 level = os.environ.get("CELERY_LOG_LEVEL", "warning")
                 celery = [python, "-m", "celery", "-A", "oz0site"]
-                worker = [*celery, "worker", "-Q", queue, "-c", "2", "-l", level, "--without-mingle", "--without-gossip"]
+                processes = str(settings.OZ0_WORKER_CONCURRENCY)
+                # -O fair: a task goes to a process that is free, never into the pipe of one busy with a
+                # slow call (Celery's default), where a quick call would wait out the slow one.
+                worker = [*celery, "worker", "-Q", queue, "-c", processes, "-O", "fair", "-l", level]
+                worker += ["--without-mingle", "--without-gossip"]
                 supervisor.start("worker", worker)
                 # Harnessed rounds (F7) wait on people and tool calls: a thread each, never a worker slot.
                 sessions = [*celery, "worker", "-Q", settings.OZ0_SESSION_QUEUE, "-P", "threads", "-n", "sessions@%h"]

@@ -1,4 +1,4 @@
-"""HTTP through Django, websockets through Channels (members only, same-origin)."""
+"""HTTP through Django, websockets through Channels (members only, same origin: scheme, host and port)."""
 
 import os
 
@@ -9,15 +9,15 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from oz0site.heap import freeze_startup_heap  # noqa: E402
 from oz0site.routing import websocket_urlpatterns  # noqa: E402
+from oz0site.sockets import SameOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

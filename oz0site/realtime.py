@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 from concurrent.futures import Future
 from typing import Any
 
@@ -83,6 +84,8 @@ async def _push(layer: Any, groups: tuple[str, ...], event: dict[str, Any]) -> N
             for key in [k for k, at in _last_push.items() if at < horizon]:
                 del _last_push[key]
         _last_push[groups] = loop.time()
+    # One wave: every socket the push reaches shares one membership-stamp read per user.
+    event = {**event, "wave": uuid.uuid4().hex}
     # Together, so the layer publishes the run's and the workspace's message in one round trip.
     await asyncio.gather(*(layer.group_send(group, event) for group in groups))
 

@@ -117,6 +117,15 @@ CACHES = {
     }
 }
 
+# Live sockets (runs/consumers.py, oz0site/sockets.py). The most sockets one person, and one
+# signed-in session, may hold open at once (across every web process; a refusal closes with 4429).
+OZ0_SOCKETS_PER_USER = env.int("OZ0_SOCKETS_PER_USER", default=50)
+OZ0_SOCKETS_PER_SESSION = env.int("OZ0_SOCKETS_PER_SESSION", default=20)
+# The Redis connections a web process's sockets share (membership stamps, socket leases); a burst
+# larger than the pool waits for a connection, at most OZ0_SOCKET_REDIS_WAIT seconds.
+OZ0_SOCKET_REDIS_CONNECTIONS = env.int("OZ0_SOCKET_REDIS_CONNECTIONS", default=20)
+OZ0_SOCKET_REDIS_WAIT = env.float("OZ0_SOCKET_REDIS_WAIT", default=5.0)
+
 # Celery: production-shaped by default. acks_late + reject_on_worker_lost put a
 # message back when a worker dies mid-task; the kernel's conditional claim makes
 # the redelivery harmless. The visibility timeout outlives any task we run.
@@ -138,6 +147,12 @@ OZ0_SESSION_QUEUE = env.str("OZ0_SESSION_QUEUE", default=f"{CELERY_TASK_DEFAULT_
 OZ0_SESSION_SLOTS = env.int("OZ0_SESSION_SLOTS", default=16)
 # The most of those threads one workspace's sessions hold at once; the rest wait their turn.
 OZ0_SESSION_SLOTS_PER_WORKSPACE = env.int("OZ0_SESSION_SLOTS_PER_WORKSPACE", default=8)
+# Worker processes `./oz0 up` starts on the main queue, and the most of them one workspace's tool
+# calls and model rounds hold at once (a hard cap; default half, at least one): a call over the
+# share stays queued in the database and is sent again, behind the others', when one of its
+# workspace's workers comes free.
+OZ0_WORKER_CONCURRENCY = env.int("OZ0_WORKER_CONCURRENCY", default=2)
+OZ0_WORKER_SLOTS_PER_WORKSPACE = env.int("OZ0_WORKER_SLOTS_PER_WORKSPACE", default=max(1, OZ0_WORKER_CONCURRENCY // 2))
 # The run sweeps (expired claims, clocks, lost messages, ...) are no messages: beat runs them in a
 # thread of its own every OZ0_SWEEP_SECONDS (runs.worker.periodic.Sweeper), where no call can
 # delay them. What beat still sends expires after one period: a message that waited that long

@@ -7,8 +7,10 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
+        from django.contrib.auth.signals import user_logged_out
         from django.db.models.signals import post_delete, post_save
 
+        from oz0site.sockets import session_signed_out
         from runs import kernel, membership
         from runs.models import Membership
         from runs.worker.tasks import execute_batch, execute_session, execute_task
@@ -17,6 +19,9 @@ class RunsConfig(AppConfig):
         for signal in (post_save, post_delete):
             signal.connect(membership.membership_changed, sender=Membership, dispatch_uid=f"oz0-membership-{signal}")
             signal.connect(membership.user_changed, sender=settings.AUTH_USER_MODEL, dispatch_uid=f"oz0-user-{signal}")
+
+        # A session that signs out closes its live sockets.
+        user_logged_out.connect(session_signed_out, dispatch_uid="oz0-sockets-signed-out")
 
         def send(task_ids: list[int], chunks: list[list[int]], run_id: str | None, sessions: list[int]) -> None:
             """The kernel's sends, after its commit: one message per task, one per chunk of quick

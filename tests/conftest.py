@@ -125,6 +125,8 @@ class LiveStack:
             "2",
             "--pool",
             "prefork",
+            "-O",
+            "fair",
             "-n",
             f"{self.queue}-{uuid.uuid4().hex[:6]}@%h",
             "--without-gossip",

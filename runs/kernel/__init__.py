@@ -121,7 +121,9 @@ from runs.kernel.verbs import (
     retry,
 )
 from runs.kernel.worker import (
+    NO_ROOM,
     Claimed,
+    NoRoom,
     Outcome,
     SessionClaim,
     claim_batch,
@@ -130,11 +132,13 @@ from runs.kernel.worker import (
     defer_queued,
     heartbeat,
     report_batch,
+    send_within_share,
     session_room,
     task_complete,
     task_errored,
     task_fail,
     task_stopped,
+    workers_held,
 )
 
 __all__ = [
@@ -182,6 +186,8 @@ __all__ = [
     "claim_call",
     "claim_prefix",
     "claim_session",
+    "NO_ROOM",
+    "NoRoom",
     "claim_task",
     "SessionClaim",
     "compact",
@@ -195,6 +201,7 @@ __all__ = [
     "held_call",
     "install_sender",
     "defer_queued",
+    "send_within_share",
     "session_room",
     "TemplateError",
     "template_steps",
@@ -235,5 +242,6 @@ __all__ = [
     "task_errored",
     "task_fail",
     "task_stopped",
+    "workers_held",
     "words_of",
 ]

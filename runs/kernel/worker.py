@@ -11,16 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from runs.kernel.bulk import claim_named
-from runs.kernel.commit import locked
+from runs.kernel.commit import locked, send_on_commit
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, approval_holds, release, round_deadline, tool_deadline
 from runs.kernel.txn import Txn
 from runs.models import Run, RunStatus, Task, TaskStatus, TraceEvent
+from runs.tools import get_tool, tool_names
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,85 @@ def claimed_from(task: Task) -> Claimed:
     return Claimed(task.pk, str(task.run_id), task.key, task.kind, task.spec, task.attempt, task.claim, task.state, task.lineage)
 
 
-def claim_task(run_id: Any, task_id: int, claim: str) -> Claimed | None:
+class NoRoom:
+    """What `claim_task` answers when the run's workspace already holds its share of the workers."""
+
+    def __repr__(self) -> str:
+        return "NO_ROOM"
+
+
+NO_ROOM = NoRoom()
+# pg_advisory_xact_lock's first key for the per-workspace share (the second is the workspace's id).
+SHARE_LOCK = 2027
+
+
+def workers_held(workspace_id: int) -> int:
+    """The worker processes the workspace's calls and rounds hold now: one per claim (a chunk of
+    quick calls shares one claim, one message, one process). Harnessed rounds (F7) are not
+    counted: they hold a session thread, under their own cap (`session_room`)."""
+    return (
+        Task.objects.filter(
+            status=TaskStatus.RUNNING, claim__isnull=False, kind__in=KERNEL_EXECUTED, run__workspace_id=workspace_id
+        )
+        .exclude(kind="round", run__agent_version__manifest__harness__has_key="kind")
+        .values("claim")
+        .distinct()
+        .count()
+    )
+
+
+def _has_room(workspace_id: int, per_workspace: int) -> bool:
+    """A hard cap: claims of one workspace take its share lock in turn, so two cannot both see
+    room for the last slot (the lock is held to the claim's commit)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SHARE_LOCK, workspace_id])
+    return workers_held(workspace_id) < per_workspace
+
+
+def send_within_share(run_id: Any, per_workspace: int) -> list[int]:
+    """A worker of the run's workspace came free: send that workspace's oldest queued tool calls
+    and model rounds, as many as it has room for, to the back of the queue.
+
+    A call that found no room was not sent again (its message, acknowledged, would otherwise come
+    back to a worker again and again, or wait in a worker's hands as a delayed message): it waits
+    in the database until its workspace has room, and this hands it on. Should this never run
+    (its worker lost), the lost-message sweep sends it again after OZ0_REQUEUE_SECONDS."""
+
+    quick = [name for name in tool_names() if (tool := get_tool(name)) is not None and tool.quick]
+    with transaction.atomic():
+        workspace_id = Run.objects.filter(pk=run_id).values_list("workspace_id", flat=True).first()
+        if workspace_id is None or not _has_room(workspace_id, per_workspace):
+            return []
+        room = per_workspace - workers_held(workspace_id)
+        queued = list(
+            Task.objects.filter(
+                status=TaskStatus.WAITING,
+                ready=True,
+                kind__in=KERNEL_EXECUTED,
+                run__workspace_id=workspace_id,
+                run__status__in=WORKING_RUN_STATUSES,
+            )
+            .exclude(kind="tool", spec__tool__in=quick)
+            .exclude(kind="round", run__agent_version__manifest__harness__has_key="kind")
+            .order_by("pk")  # the order they were made in, whatever their messages did meanwhile
+            .values_list("pk", "run_id")[:room]
+        )
+        Task.objects.filter(pk__in=[pk for pk, _ in queued]).update(queued_at=timezone.now())
+        by_run: dict[Any, list[int]] = {}
+        for pk, run in queued:
+            by_run.setdefault(run, []).append(pk)
+        for run, ids in by_run.items():
+            send_on_commit(ids, run)
+    return [pk for pk, _ in queued]
+
+
+def claim_task(run_id: Any, task_id: int, claim: str, *, per_workspace: int = 0) -> Claimed | NoRoom | None:
     """Take a queued task for execution. A redelivered or duplicate message finds nothing to take.
-    `run_id` may be None (a message sent without it): then the task's row names its run."""
+    `run_id` may be None (a message sent without it): then the task's row names its run.
+
+    With `per_workspace`, a tool call or model round whose workspace already holds that many
+    workers is not taken: NO_ROOM, and the task stays queued for its message to come again
+    later (`send_within_share`, when one of the workspace's workers comes free)."""
     if run_id is None:
         run_id = Task.objects.filter(pk=task_id).values_list("run_id", flat=True).first()
         if run_id is None:
@@ -83,7 +160,7 @@ def claim_task(run_id: Any, task_id: int, claim: str) -> Claimed | None:
         if task is None or task.kind not in KERNEL_EXECUTED:
             return None
         txn.remember([task])
-        return _claim_held(txn, task, claim)
+        return _claim_held(txn, task, claim, per_workspace=per_workspace)
 
 
 # The advisory lock's first key: the session slots of one workspace (the second is its id's hash).
@@ -131,7 +208,8 @@ def claim_session(run_id: Any, task_id: int, claim: str, per_workspace: int) -> 
         if "waiting_for_slot" in task.state:
             task.state = {k: v for k, v in task.state.items() if k != "waiting_for_slot"}
             Task.objects.filter(pk=task.pk).update(state=task.state)
-        return SessionClaim(_claim_held(txn, task, claim))
+        claimed = _claim_held(txn, task, claim)  # a session's share is the cap above, not the workers'
+        return SessionClaim(None if isinstance(claimed, NoRoom) else claimed)
 
 
 def running_sessions(workspace_id: Any) -> int:
@@ -145,10 +223,13 @@ def running_sessions(workspace_id: Any) -> int:
     ).count()
 
 
-def _claim_held(txn: Txn, task: Task, claim: str) -> Claimed | None:
-    """Claim a queued task the transaction holds under the run lock (past the approval gate)."""
+def _claim_held(txn: Txn, task: Task, claim: str, *, per_workspace: int = 0) -> Claimed | NoRoom | None:
+    """Claim a queued task the transaction holds under the run lock (past the approval gate, and
+    within its workspace's share of the workers when `per_workspace` is given)."""
     if not approval_holds(txn, task):
         return None
+    if per_workspace > 0 and not _has_room(txn.run.workspace_id, per_workspace):
+        return NO_ROOM
     txn.move(
         task,
         TaskStatus.RUNNING,

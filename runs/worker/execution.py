@@ -93,14 +93,32 @@ class Heartbeat:
             connection.close()
 
 
-def execute_task(task_id: int, run_id: str | None = None) -> None:
+def execute_task(task_id: int, run_id: str | None = None, *, per_workspace: int = 0) -> Claimed | None:
+    """Claim and run one task: the claim it ran under, or None when there was nothing to take or
+    its workspace holds `per_workspace` workers already (then the task stays queued)."""
     close_old_connections()
     claim = new_claim()
-    claimed = with_database(lambda: kernel.claim_task(run_id, task_id, claim), f"claiming task {task_id}")
-    if claimed is None:
-        return
+    claimed = with_database(
+        lambda: kernel.claim_task(run_id, task_id, claim, per_workspace=per_workspace), f"claiming task {task_id}"
+    )
+    if claimed is kernel.NO_ROOM:
+        with_database(lambda: kernel.defer_queued(task_id), f"deferring task {task_id}")
+        return None
+    if not isinstance(claimed, Claimed):
+        return None
     with Heartbeat(partial(kernel.heartbeat, claimed.claim), f"task {claimed.task_id}") as beat:
         execute_claimed(claimed, beat.cancel)
+    return claimed
+
+
+def execute_shared(task_id: int, run_id: str | None = None) -> None:
+    """A tool call or model round on the shared workers, within its workspace's share of them
+    (`OZ0_WORKER_SLOTS_PER_WORKSPACE`). Once it ran, the worker it held is free: the workspace's
+    next queued calls go to the back of the queue, behind the other workspaces' messages."""
+    slots = int(settings.OZ0_WORKER_SLOTS_PER_WORKSPACE)
+    ran = execute_task(task_id, run_id, per_workspace=slots)
+    if ran is not None and slots > 0:
+        with_database(lambda: kernel.send_within_share(ran.run_id, slots), f"the share of run {ran.run_id}")
 
 
 def execute_session(task_id: int, run_id: str | None = None) -> bool:

@@ -30,7 +30,7 @@ def requeued_while_the_database_is_away() -> Iterator[None]:
 @shared_task(name="runs.tasks.execute_task", acks_late=True, reject_on_worker_lost=True)
 def execute_task(task_id: int, run_id: str | None = None) -> None:
     with requeued_while_the_database_is_away():
-        execution.execute_task(task_id, run_id)
+        execution.execute_shared(task_id, run_id)
 
 
 # A session its workspace has no room for is sent again after this long.

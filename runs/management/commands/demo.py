@@ -215,7 +215,7 @@ def drive_here(run: Run) -> None:
             return
         for task in ready:
             claimed = kernel.claim_task(run.pk, task.pk, f"demo-history:{task.pk}:{task.attempt}")
-            if claimed is not None:
+            if isinstance(claimed, kernel.Claimed):
                 execute_claimed(claimed, threading.Event())
 
 

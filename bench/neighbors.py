@@ -1,0 +1,426 @@
+"""`neighbors`: one workspace's p95 alone, then while another workspace's members do everything at once.
+
+daphne serves the project's ASGI app; the bench's two Celery worker processes and beat run the
+work (`-O fair`, `OZ0_WORKER_SLOTS_PER_WORKSPACE` at its default: one of the two). The **quiet**
+workspace's operator measures, in the bench process, three things over and over:
+
+* **read**: `GET /api/v1/runs/{id}` of one of its runs (a thread of its own, every 50 ms);
+* **quick call**: `POST /api/v1/workspaces/{ws}/runs` of one `test.echo` call, then the run read
+  until it is `completed` (every 10 ms): create to completed, end to end through a worker;
+* **push**: a change of one of its runs (pause, then resume: the kernel in the bench process,
+  stamped at commit) to the message on the operator's socket on `/ws/workspaces/{ws}/`.
+
+First alone for `window` seconds, then for as long again while the **noisy** workspace's members,
+in a process of their own (their own GIL, as other people's browsers and programs are), do all
+of it at once: four members, each signed in three times, try 20 sockets per session on the
+workspace (60 a person: 50 held, 10 refused with 4429 at the per-person cap); two threads post 900 KB run inputs without pause; a thread creates runs
+of four 2-second `test.sleep` calls, keeping 40 such calls queued or running; a thread creates
+runs of 20 quick calls without pause (each change pushed to the 180 sockets); two threads read
+their runs' documents without pause. Then once more beside the same noise without the big
+bodies (what a web process does with them is issue 27's item 1: the standing check before the
+body, body caps and rate limits). The figure of each probe is its p50 and p95 in each phase; the
+goal: beside (all the noise), at most twice alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import threading
+import time
+from typing import Any
+
+from bench.harness import Environment, Goal, Processes, Profile, Section, bench_team, percentile, say, summary, wait_until  # noqa: E501
+
+NOISY_MEMBERS = 4
+SESSIONS_PER_MEMBER = 3  # a member signed in on three browsers
+SOCKETS_PER_SESSION = 20  # 60 a member: over the caps of 50 a person and 20 a session
+BIG_BODY_BYTES = 900 * 1024
+SLOW_SECONDS = 2.0
+SLOW_QUEUED = 40
+
+
+def _window(profile: Profile) -> float:
+    return {"full": 40.0, "quick": 20.0}.get(profile.name, 4.0)
+
+
+async def _socket(port: int, cookie: str, slug: str) -> Any:
+    from websockets.asyncio.client import connect
+
+    return await connect(
+        f"ws://127.0.0.1:{port}/ws/workspaces/{slug}/",
+        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+        additional_headers={"Cookie": f"sessionid={cookie}"},
+        open_timeout=30,
+    )
+
+
+def _noise_main(
+    port: int, slug: str, tokens: list[str], cookies: list[list[str]], bodies: bool, ready: Any, stop: Any, out: Any
+) -> None:
+    """The noisy workspace's members, all at once, until `stop` (without the big bodies unless `bodies`)."""
+    import httpx
+
+    counts = {"sockets_open": 0, "sockets_refused": 0, "big_bodies": 0, "slow_runs": 0, "quick_runs": 0, "reads": 0, "errors": 0}
+    lock = threading.Lock()
+    run_ids: list[str] = []
+
+    def count(key: str) -> None:
+        with lock:
+            counts[key] += 1
+
+    def client(token: str) -> httpx.Client:
+        return httpx.Client(base_url=f"http://127.0.0.1:{port}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=120)
+
+    def big_bodies(token: str) -> None:
+        body = json.dumps({"tasks": [{"key": "gate", "kind": "await"}], "input": {"blob": "x" * BIG_BODY_BYTES}})
+        with client(token) as http:
+            while not stop.is_set():
+                try:
+                    http.post(f"/workspaces/{slug}/runs", content=body, headers={"Content-Type": "application/json"})
+                    count("big_bodies")
+                except httpx.HTTPError:
+                    count("errors")
+
+    def slow_runs(token: str) -> None:
+        tasks = [
+            {"key": f"s{i}", "kind": "tool", "tool": "test.sleep", "args": {"seconds": SLOW_SECONDS}, "after": []}
+            for i in range(4)
+        ]
+        # SLOW_QUEUED calls at once, then four more every 2 x SLOW_SECONDS: far more than its share drains.
+        with client(token) as http:
+            for burst in range(10**6):
+                if stop.is_set():
+                    break
+                for _ in range(SLOW_QUEUED // 4 if burst == 0 else 1):
+                    try:
+                        if http.post(f"/workspaces/{slug}/runs", json={"tasks": tasks}).status_code == 201:
+                            count("slow_runs")
+                    except httpx.HTTPError:
+                        count("errors")
+                stop.wait(2 * SLOW_SECONDS)
+
+    def quick_runs(token: str) -> None:
+        tasks = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}, "after": []} for i in range(20)]
+        with client(token) as http:
+            while not stop.is_set():
+                try:
+                    answer = http.post(f"/workspaces/{slug}/runs", json={"tasks": tasks})
+                    if answer.status_code == 201:
+                        with lock:
+                            run_ids.append(answer.json()["run"]["id"])
+                        count("quick_runs")
+                except httpx.HTTPError:
+                    count("errors")
+
+    def reads(token: str) -> None:
+        with client(token) as http:
+            while not stop.is_set():
+                with lock:
+                    run_id = run_ids[-1] if run_ids else None
+                if run_id is None:
+                    time.sleep(0.05)
+                    continue
+                try:
+                    http.get(f"/runs/{run_id}")
+                    count("reads")
+                except httpx.HTTPError:
+                    count("errors")
+
+    async def sockets() -> None:
+        held: list[Any] = []
+
+        async def drain(ws: Any) -> None:
+            try:
+                async for _ in ws:
+                    pass
+            except Exception:
+                pass
+
+        async def one(cookie: str) -> None:
+            try:
+                ws = await _socket(port, cookie, slug)
+            except Exception:
+                count("sockets_refused")
+                return
+            held.append(ws)
+            drainer = asyncio.create_task(drain(ws))
+            await asyncio.sleep(1.0)
+            if drainer.done():  # accepted, then closed at once: over a cap (4429)
+                count("sockets_refused")
+            else:
+                count("sockets_open")
+
+        # Each member's sessions open their sockets together, member after member.
+        for member_cookies in cookies:
+            await asyncio.gather(*(one(cookie) for cookie in member_cookies for _ in range(SOCKETS_PER_SESSION)))
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+        for ws in held:
+            try:
+                await ws.close()
+            except Exception:
+                pass
+
+    socket_thread = threading.Thread(target=lambda: asyncio.run(sockets()), daemon=True)
+    socket_thread.start()
+    wait_until(ready.is_set, timeout=300, interval=0.1, what="the noisy members' sockets")
+    workers = [
+        *(threading.Thread(target=big_bodies, args=(token,), daemon=True) for token in tokens[:2] if bodies),
+        threading.Thread(target=slow_runs, args=(tokens[2],), daemon=True),
+        threading.Thread(target=quick_runs, args=(tokens[3],), daemon=True),
+        threading.Thread(target=reads, args=(tokens[0],), daemon=True),
+        threading.Thread(target=reads, args=(tokens[1],), daemon=True),
+    ]
+    for worker in workers:
+        worker.start()
+    while not stop.is_set():
+        time.sleep(0.1)
+    for worker in workers:
+        worker.join(timeout=150)
+    socket_thread.join(timeout=30)
+    out.put(counts)
+
+
+class QuietProbes:
+    """The quiet workspace's three probes, each in a thread of the bench process."""
+
+    def __init__(self, port: int, slug: str, token: str, cookie: str, user: Any, push_runs: list[str]) -> None:
+        self.port, self.slug, self.token, self.cookie, self.user = port, slug, token, cookie, user
+        self.push_runs = push_runs
+        self.read_run = push_runs[0]
+        self.changes = 0  # across windows: pause every run, then resume every run, and so on
+
+    def measure(self, seconds: float) -> dict[str, list[float]]:
+        import httpx
+        from django.db import connection, transaction
+
+        from runs import kernel
+
+        results: dict[str, list[float]] = {"read": [], "quick call": [], "push": []}
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def http() -> httpx.Client:
+            return httpx.Client(
+                base_url=f"http://127.0.0.1:{self.port}/api/v1", headers={"Authorization": f"Bearer {self.token}"}, timeout=120
+            )
+
+        def reads() -> None:
+            with http() as client:
+                while not stop.is_set():
+                    started = time.perf_counter()
+                    client.get(f"/runs/{self.read_run}").raise_for_status()
+                    results["read"].append((time.perf_counter() - started) * 1000)
+                    time.sleep(0.05)
+
+        def quick_calls() -> None:
+            body = {"tasks": [{"key": "q", "kind": "tool", "tool": "test.echo", "args": {"value": 1}, "after": []}]}
+            with http() as client:
+                while not stop.is_set():
+                    started = time.perf_counter()
+                    answer = client.post(f"/workspaces/{self.slug}/runs", json=body)
+                    answer.raise_for_status()
+                    run_id = answer.json()["run"]["id"]
+                    while client.get(f"/runs/{run_id}").json()["status"] != "completed":
+                        if time.perf_counter() - started > 120:
+                            raise TimeoutError("a quiet quick call did not complete in 120 s")
+                        time.sleep(0.01)
+                    results["quick call"].append((time.perf_counter() - started) * 1000)
+                    time.sleep(0.1)
+
+        def pushes() -> None:
+            arrivals: dict[tuple[str, int], float] = {}
+            opened = threading.Event()
+
+            async def listen() -> None:
+                ws = await _socket(self.port, self.cookie, self.slug)
+                opened.set()
+                try:
+                    while not stop.is_set():
+                        try:
+                            raw = await asyncio.wait_for(ws.recv(), timeout=0.2)
+                        except TimeoutError:
+                            continue
+                        message = json.loads(raw)
+                        key = (str(message.get("run")), int(message.get("seq") or 0))
+                        arrivals.setdefault(key, time.time())
+                finally:
+                    await ws.close()
+
+            listener = threading.Thread(target=lambda: asyncio.run(listen()), daemon=True)
+            listener.start()
+            opened.wait(30)
+            try:
+                while not stop.is_set():
+                    wave = self.changes
+                    run_id = self.push_runs[wave % len(self.push_runs)]
+                    stamp: list[float] = []
+                    with transaction.atomic():
+                        transaction.on_commit(lambda stamp=stamp: stamp.append(time.time()))
+                        changed = (kernel.pause_run if (wave // len(self.push_runs)) % 2 == 0 else kernel.resume_run)(
+                            run_id=run_id, user=self.user
+                        )
+                    self.changes += 1
+                    key = (run_id, int(changed.last_seq))
+                    deadline = time.time() + 30
+                    # The first message of the run at or past this change's seq.
+                    while time.time() < deadline:
+                        told = min((at for (r, s), at in list(arrivals.items()) if r == run_id and s >= key[1]), default=None)
+                        if told is not None:
+                            results["push"].append((told - stamp[0]) * 1000)
+                            break
+                        time.sleep(0.002)
+                    time.sleep(0.2)
+            finally:
+                connection.close()
+                listener.join(timeout=5)
+
+        def guarded(target: Any) -> None:
+            try:
+                target()
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=guarded, args=(t,), daemon=True) for t in (reads, quick_calls, pushes)]
+        for thread in threads:
+            thread.start()
+        time.sleep(seconds)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=150)
+        if errors:
+            raise errors[0]
+        return results
+
+
+def _member(workspace: Any, role: str, tag: str) -> tuple[Any, str, list[str]]:
+    """A member of `workspace`: (the user, an API token, the cookies of its signed-in sessions)."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from runs import tokens
+    from runs.models import Membership
+
+    user = User.objects.create_user(username=f"{workspace.slug}-{tag}", password="x")
+    Membership.objects.create(workspace=workspace, user=user, role=role)
+    cookies = []
+    for _ in range(SESSIONS_PER_MEMBER):
+        client = Client()
+        client.force_login(user)
+        cookies.append(client.cookies["sessionid"].value)
+    return user, tokens.issue(user=user, label="bench-neighbors")[0], cookies
+
+
+def run(profile: Profile, env: Environment, procs: Processes) -> Section:
+    from django.conf import settings
+    from django.test import Client
+
+    from runs import kernel, tokens
+
+    window = _window(profile)
+    quiet, operator = bench_team("quiet")
+    noisy, _ = bench_team("noisy")
+    token = tokens.issue(user=operator, label="bench-neighbors")[0]
+    client = Client()
+    client.force_login(operator)
+    cookie = client.cookies["sessionid"].value
+    push_runs = []
+    for _ in range(4):
+        row, _ = kernel.create_run(
+            workspace=quiet, user=operator, body={"tasks": [{"key": "gate", "kind": "await", "question": "held open"}]}
+        )
+        push_runs.append(str(row.id))
+    members = [_member(noisy, "operator", f"m{i}") for i in range(NOISY_MEMBERS)]
+
+    port, daphne = procs.web_server()
+    probes = QuietProbes(port, quiet.slug, token, cookie, operator, push_runs)
+    ctx = multiprocessing.get_context("spawn")
+    phases = {"alone": None, "beside": True, "beside, no big bodies": False}
+    measured: dict[str, dict[str, list[float]]] = {}
+    noise_counts: dict[str, dict[str, int]] = {}
+    try:
+        probes.measure(min(3.0, window))  # warm: connections, the first requests of each path
+        for phase, bodies in phases.items():
+            if bodies is None:
+                say(f"neighbors: the quiet workspace alone for {window:.0f}s")
+                measured[phase] = probes.measure(window)
+                continue
+            ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+            cookies = [m[2] for m in members]
+            noise = ctx.Process(
+                target=_noise_main, args=(port, noisy.slug, [m[1] for m in members], cookies, bodies, ready, stop, out)
+            )
+            noise.start()
+            try:
+                if not ready.wait(timeout=300):
+                    raise RuntimeError("bench: the noisy members' sockets did not open")
+                time.sleep(2.0)  # the noise under way: bodies posting, slow calls queued
+                say(f"neighbors: the quiet workspace {phase} the noisy one for {window:.0f}s")
+                measured[phase] = probes.measure(window)
+                stop.set()
+                noise_counts[phase] = out.get(timeout=200)
+                noise.join(timeout=30)
+            finally:
+                stop.set()
+                if noise.is_alive():
+                    noise.kill()
+            # The noisy workspace's queued calls are canceled between phases.
+            _cancel_all(noisy)
+    finally:
+        procs.stop(daphne)
+
+    section = Section()
+    for probe in ("read", "quick call", "push"):
+        alone = measured["alone"][probe]
+        p95_alone = percentile(alone, 95) if alone else None
+        for phase in phases:
+            values = measured[phase][probe]
+            section.figures[f"{probe} p50, {phase}"] = summary([percentile(values, 50)] if values else [], "ms", digits=1)
+            section.figures[f"{probe} p95, {phase}"] = summary([percentile(values, 95)] if values else [], "ms", digits=1)
+            section.extra[f"{probe}, {phase}"] = {
+                "samples": len(values),
+                "max_ms": round(max(values), 1) if values else None,
+            }
+        beside = measured["beside"][probe]
+        p95_beside = percentile(beside, 95) if beside else None
+        ratio = (p95_beside / p95_alone) if p95_alone and p95_beside is not None else None
+        section.goals.append(
+            Goal(
+                f"quiet {probe} p95 beside / alone",
+                "<= 2x",
+                round(ratio, 2) if ratio is not None else None,
+                ratio is not None and ratio <= 2.0,
+            )
+        )
+    section.extra["noise"] = noise_counts
+    section.extra["window_seconds"] = window
+    section.extra["worker_slots_per_workspace"] = settings.OZ0_WORKER_SLOTS_PER_WORKSPACE
+    counts = noise_counts.get("beside", {})
+    section.notes.append(
+        f"{window:.0f}s alone, then {window:.0f}s beside: {NOISY_MEMBERS} noisy members, "
+        f"{counts.get('sockets_open', 0)} sockets held ({counts.get('sockets_refused', 0)} refused over the caps), "
+        f"{counts.get('big_bodies', 0)} inputs of {BIG_BODY_BYTES // 1024} KB, {counts.get('slow_runs', 0)} runs of four "
+        f"{SLOW_SECONDS:.0f}s calls, {counts.get('quick_runs', 0)} runs of 20 quick calls, {counts.get('reads', 0)} reads; "
+        "then as long again beside the same noise without the big bodies"
+    )
+    return section
+
+
+def _cancel_all(workspace: Any) -> None:
+    from django.contrib.auth.models import User
+
+    from runs import kernel
+    from runs.kernel import KernelError
+    from runs.models import Membership, Run
+
+    operator = User.objects.get(pk=Membership.objects.filter(workspace=workspace).values_list("user_id", flat=True).first())
+    for run_id in Run.objects.filter(workspace=workspace, status__in=("pending", "running", "paused")).values_list(
+        "pk", flat=True
+    ):
+        try:
+            kernel.cancel_run(run_id=run_id, user=operator, reason="bench phase over")
+        except KernelError:
+            pass

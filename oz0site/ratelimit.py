@@ -5,8 +5,9 @@ lists, traces, the audit trail, findings, scorecards, the inbox). Each is OZ0_RA
 per OZ0_RATE_WINDOW_SECONDS; past it the request is refused 429 `rate_limited` with `Retry-After`
 (the seconds until the window turns) before its standing is looked up or its body read.
 
-A fixed window is one INCR and (on the window's first request) one EXPIRE, pipelined: one round
-trip. It lets a client burst up to twice the limit across a window's edge, which is harmless for
+A fixed window is a SET NX EX (the window's first request makes the key, with its expiry) and an
+INCR, pipelined: one round trip, on every Redis oz0 runs with (the embedded one is 6.2, which has
+no EXPIRE NX). It lets a client burst up to twice the limit across a window's edge, which is harmless for
 a limit that exists to bound one member's share, not to meter.
 """
 
@@ -54,9 +55,9 @@ def admit(user_id: Any, kind: str) -> None:
     # Users are rows of one database: installs (and test sessions) sharing a Redis keep apart.
     key = f"oz0:rate:{connection.settings_dict['NAME']}:{kind}:{user_id}:{index}"
     pipe = _client().pipeline(transaction=False)
+    pipe.set(key, 0, ex=math.ceil(window) + 1, nx=True)
     pipe.incr(key)
-    pipe.expire(key, math.ceil(window) + 1, nx=True)
-    count, _ = pipe.execute()
+    _, count = pipe.execute()
     if int(count) > limit:
         retry_after = max(1, math.ceil((index + 1) * window - now))
         raise RateLimited(kind, limit, window, retry_after)

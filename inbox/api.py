@@ -9,7 +9,7 @@ from pydantic import ConfigDict
 from inbox import selectors
 from oz0site.auth import person_auth
 from runs.kernel import InvalidRequest
-from runs.schemas import SLUG_QUERY, TEXT_QUERY, ErrorOut
+from runs.schemas import SLUG_QUERY, TEXT_QUERY, ErrorOut, Page
 
 router = Router(tags=["inbox"])
 
@@ -44,9 +44,7 @@ class InboxItem(Schema):
     parent: str | None = None
 
 
-class InboxPage(Schema):
-    items: list[InboxItem]
-    next: str | None = None
+InboxPage = Page[InboxItem]
 
 
 @router.get(

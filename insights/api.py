@@ -13,7 +13,7 @@ from insights import search, selectors
 from oz0site.auth import person_auth
 from runs import selectors as run_selectors
 from runs.kernel import InvalidRequest, NotFound
-from runs.schemas import SLUG_QUERY, ErrorOut, Moment, moment_text
+from runs.schemas import SLUG_QUERY, ErrorOut, Moment, Page, moment_text
 
 router = Router(tags=["insights"])
 
@@ -41,9 +41,7 @@ class FindingOut(Open):
     created_at: str
 
 
-class FindingPage(Schema):
-    items: list[FindingOut]
-    next: str | None = None
+FindingPage = Page[FindingOut]
 
 
 class KindCount(Open):

@@ -10,7 +10,7 @@ from ninja import Query, Router, Schema
 from notify import subscriptions
 from oz0site.auth import person_auth
 from runs.api import body_of
-from runs.schemas import SLUG_PATTERN, SLUG_QUERY, ErrorOut
+from runs.schemas import SLUG_PATTERN, SLUG_QUERY, ErrorOut, Page
 
 router = Router(tags=["notifications"])
 
@@ -42,8 +42,8 @@ class SubscriptionCreated(SubscriptionOut):
     secret: str | None = None
 
 
-class SubscriptionList(Schema):
-    items: list[SubscriptionOut]
+# Every subscription of the caller (at most notify.subscriptions.PER_USER_MAX): one page, `next` null.
+SubscriptionList = Page[SubscriptionOut]
 
 
 @router.get("/subscriptions", response={200: SubscriptionList, **ERRORS}, summary="Your notification subscriptions")

@@ -15,7 +15,7 @@ from oz0agents.registry import agents_of, register
 from oz0site.auth import person_auth
 from runs.kernel import MAX_PAYLOAD_BYTES, NotFound
 from runs.models import Workspace
-from runs.schemas import SLUG_PATTERN, SLUG_QUERY, ErrorBody, ErrorOut
+from runs.schemas import SLUG_PATTERN, SLUG_QUERY, ErrorBody, ErrorOut, Page
 
 router = Router(tags=["agents"])
 
@@ -86,8 +86,8 @@ class AgentOut(Schema):
     created_at: str
 
 
-class AgentPage(Schema):
-    items: list[AgentOut]
+# Every agent of the caller's workspaces: one page, `next` null.
+AgentPage = Page[AgentOut]
 
 
 class AgentDetail(AgentOut):

@@ -14,9 +14,7 @@ from runs.kernel import MAX_PAYLOAD_BYTES, InvalidRequest
 from runs.permissions import can_read_content
 from runs.schemas import (
     Appended,
-    AppendIn,
     AwaitOutcomeIn,
-    CreateIn,
     DigestIn,
     ErrorOut,
     ReasonIn,
@@ -29,7 +27,6 @@ from runs.schemas import (
     TraceOut,
     ValueIn,
     WaitOut,
-    known_fields,
     read_body,
 )
 
@@ -67,6 +64,12 @@ def body_fields(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
+def request_body(schema: dict[str, Any]) -> dict[str, Any]:
+    """A route's body as the OpenAPI document shows it, when the view reads the body itself (the
+    kernel's compile validates it, and wrote `schema`): ninja then neither parses nor validates it."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
 def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
     run = selectors.run_for(request.user, run.pk)
     return selectors.run_document(request.user, run)
@@ -77,14 +80,13 @@ def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
     auth=OPERATE_WS,
     response={201: RunCreated, **ERRORS},
     summary="Create a run",
-    openapi_extra=idempotency.OPENAPI,
+    openapi_extra={**idempotency.OPENAPI, **request_body(kernel.create_body_schema())},
 )
 @idempotency.idempotent(idempotency.workspace_named)
-def create_run(request: HttpRequest, ws: str, payload: CreateIn) -> tuple[int, dict[str, Any]]:
+def create_run(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
+    """The body's one validator is the kernel's compile (runs.kernel.compile.CREATE_FIELDS), which
+    also writes the document's schema for it; the route's auth checked standing before the body."""
     workspace = selectors.workspace_for(request.user, ws)
-    # Standing first, as the kernel checks it: a reader's unknown field still answers 403.
-    kernel.require_write(request.user, workspace.pk)
-    known_fields(body_of(request), CreateIn)
     body = body_of(request)
     run, receipt = kernel.create_run(workspace=workspace, user=request.user, body=body)
     document = _document(request, run)
@@ -110,16 +112,15 @@ def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     auth=OPERATE_BUILD,
     response={200: Appended, **ERRORS},
     summary="Append tasks (S17)",
-    openapi_extra=idempotency.OPENAPI,
+    openapi_extra={**idempotency.OPENAPI, **request_body(kernel.append_body_schema())},
 )
 @idempotency.idempotent(idempotency.workspace_of_run)
-def append(request: HttpRequest, run_id: str, payload: AppendIn) -> dict[str, Any]:
+def append(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """Answers a receipt and the run's summary, not the whole run document: a client building a run
     of thousands of tasks in appends of 64 would otherwise download the run again on every call
     (quadratic in the run's size). `links.run` is the document, `links.wait` what follows."""
     before = selectors.run_for(request.user, run_id)
     body = body_of(request)
-    known_fields(body, AppendIn)
     run, receipt = kernel.append(run_id=run_id, user=request.user, body=body)
     # The run as the append left it; its workspace and agent version are the ones just read.
     run.workspace, run.agent_version = before.workspace, before.agent_version

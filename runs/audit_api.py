@@ -10,7 +10,7 @@ from ninja import Query, Router, Schema
 
 from oz0site.auth import person_auth
 from runs import audit, selectors
-from runs.schemas import ErrorOut, Moment, moment_text
+from runs.schemas import ErrorOut, Moment, Page, moment_text
 
 router = Router(tags=["audit"])
 
@@ -31,9 +31,7 @@ class AuditEntry(Schema):
     has_answer: bool
 
 
-class AuditPage(Schema):
-    items: list[AuditEntry]
-    next: str | None = None
+AuditPage = Page[AuditEntry]
 
 
 @router.get(

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Generic, NotRequired, TypeVar
 
 from django.conf import settings
 from django.http import HttpRequest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, with_config
+from typing_extensions import TypedDict
 
 from runs.kernel import MAX_DEPTH, MAX_PAYLOAD_BYTES, InvalidRequest, KernelError, check_storable
 
@@ -104,14 +104,6 @@ def moment_text(value: date | datetime | None) -> str | None:
 DIGEST_PATTERN = r"^[0-9a-f]{64}$"
 
 
-def known_fields(body: Any, schema: type[BaseModel]) -> None:
-    """Refuse a request object's fields its schema does not name: a typo is never ignored silently."""
-    if isinstance(body, Mapping):
-        unknown = set(body) - set(schema.model_fields)
-        if unknown:
-            raise InvalidRequest("unknown_field", f"unknown field(s): {', '.join(sorted(unknown))}")
-
-
 class In(BaseModel):
     """A request shape. Plain pydantic, as `Out` below: ninja's Schema runs its ORM attribute
     getter over every nested object, which cost a build's append of 64 tasks more than the rest of
@@ -120,6 +112,9 @@ class In(BaseModel):
 
 class Open(In):
     model_config = ConfigDict(extra="allow")
+
+
+Item = TypeVar("Item")
 
 
 class Out(BaseModel):
@@ -147,76 +142,6 @@ class ErrorBody(Out):
 
 class ErrorOut(Out):
     error: ErrorBody
-
-
-TASK_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
-
-
-class TaskIn(Open):
-    key: str = Field(pattern=TASK_KEY_PATTERN)
-    kind: Literal["tool", "round", "await", "join", "delegate"]
-    after: list[str] = Field(default_factory=list)
-    on_failure: Literal["propagate", "absorb", "halt"] = "propagate"
-    tool: str | None = None
-    args: dict[str, Any] | None = None
-    model: str | None = None
-    fallback_models: list[str] | None = None
-    prompt: str | None = None
-    tools: list[str] | None = None
-    script: Any = None
-    question: str | None = None
-    timeout_s: float | None = None
-    mode: Literal["all", "any", "quorum"] | None = None
-    quorum: int | None = None
-    # delegate: a child run of `agent` with `input`, read as `via` says (F14-F16).
-    agent: str | None = None
-    input: Any = None
-    via: Literal["delegate", "ask", "flow", "quarantine"] | None = None
-    output_schema: dict[str, Any] | None = None
-    # a guard over settled sources (F17): `steps.<key>.output|failure|status ...`; false skips the task
-    when: str | None = None
-
-
-class ApprovalRule(In):
-    tool: str
-    decision: Literal["allow", "deny"]
-    # {"args.<path>": {"equals"|"prefix"|"one_of": value}}: checked by runs.kernel.approvals.
-    when: dict[str, dict[str, Any]] | None = None
-    name: str | None = None
-
-
-class ApprovalIn(In):
-    mode: Literal["bypass", "ask", "rules"] = "ask"
-    rules: list[ApprovalRule] = Field(default_factory=list)
-
-
-class RetryIn(In):
-    budget: int = 0
-
-
-class CreateIn(In):
-    """A run needs `tasks` (at least one) or an `agent` whose manifest drives it."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "anyOf": [
-                {"required": ["tasks"], "properties": {"tasks": {"type": "array", "minItems": 1}}},
-                {"required": ["agent"], "properties": {"agent": {"type": "string", "minLength": 1}}},
-            ]
-        }
-    )
-    agent: str | None = None
-    input: Any = None
-    tasks: list[TaskIn] | None = None
-    deliverable: str | None = None
-    approval: ApprovalIn | None = None
-    retry: RetryIn | None = None
-    private: bool = False
-
-
-class AppendIn(In):
-    tasks: list[TaskIn] = Field(min_length=1)
-    deliverable: str | None = None
 
 
 class ReasonIn(In):
@@ -295,26 +220,34 @@ class Attention(Out):
     kinds: list[str] = Field(default_factory=list)
 
 
-class TaskOut(OpenOut):
+def _nullable(model: type[BaseModel]) -> WithJsonSchema:
+    return WithJsonSchema({"anyOf": [model.model_json_schema(), {"type": "null"}]})
+
+
+@with_config(ConfigDict(extra="allow"))
+class TaskDocument(TypedDict):
+    """A task's document: the one definition of its shape. `runs.selectors.task_document` builds
+    it (mypy holds the builder to these keys) and the OpenAPI document shows it (RunOut.tasks)."""
+
     key: str
     kind: str
     status: str
     after: list[str]
     on_failure: str
     attempt: int
-    error: TaskError | None = None
-    # A failed, timed-out or uncertain task's failure: its kind and flags, its words when readable (F10, F11).
-    failure: Failure | None = None
-    failure_resolution: str | None = None
-    result: dict[str, Any] | None = None
-    # A delegate task's latest child run: {id, status}.
-    child: dict[str, Any] | None = None
     # Authored by a model (a round's call: it passes the approval stage, S4-S6), and its round's lineage.
-    composed: bool = False
-    lineage: str = ""
+    lineage: str
+    composed: bool
+    error: Annotated[dict[str, Any] | None, _nullable(TaskError)]
+    # A failed, timed-out or uncertain task's failure: its kind and flags, its words when readable (F10, F11).
+    failure: Annotated[dict[str, Any] | None, _nullable(Failure)]
+    failure_resolution: str | None
+    result: dict[str, Any] | None
     # What the task does (its tool and args, agent and input, ...): whole for readers the content is
     # open to; for the others only its structure (tool, model, mode, quorum, agent, via).
-    spec: dict[str, Any] = Field(default_factory=dict)
+    spec: dict[str, Any]
+    # A delegate task's latest child run: {id, status}.
+    child: NotRequired[dict[str, Any]]
 
 
 class ChildOut(Out):
@@ -340,7 +273,7 @@ class RunOut(OpenOut):
     output: Any = None
     error: str | None = None
     failure: Failure | None = None
-    tasks: list[TaskOut]
+    tasks: list[TaskDocument]
     # Delegation (F14-F16): the run that started this one, and the runs this one started.
     parent: str | None = None
     parent_task: str | None = None
@@ -433,7 +366,14 @@ class WaitOut(OpenOut):
     events: list[TraceEventOut]
 
 
-class RunPage(Out):
-    count: int
-    items: list[RunSummaryOut]
+class Page(Out, Generic[Item]):
+    """A cursor page, the one definition every list answers: its items, and the cursor of the next
+    page (null on the last), which the selectors encode (`runs.selectors.encode_cursor`)."""
+
+    items: list[Item]
     next: str | None = None
+
+
+class RunPage(Page[RunSummaryOut]):
+    # The runs list alone counts what matches (the console's pager shows it).
+    count: int

@@ -23,6 +23,7 @@ from runs import failures
 from runs.kernel import InvalidRequest, NotFound, quota_limits, repair_candidates_of
 from runs.models import RUN_OPEN, Membership, Run, Task, TaskStatus, TraceEvent, Workspace
 from runs.permissions import can_read_content, role_of
+from runs.schemas import TaskDocument
 
 # Trace event data a closed reader may see: structure, statuses, flags and counts, never words.
 STRUCTURAL_DATA_KEYS = frozenset(
@@ -99,14 +100,18 @@ def task_error(task: Task | DocumentTask, content: bool) -> dict[str, Any] | Non
     return error if content else failures.redact_task_error(error)
 
 
-def task_document(task: Task | DocumentTask, content: bool, run_failure: dict[str, Any] | None = None) -> dict[str, Any]:
+def task_document(task: Task | DocumentTask, content: bool, run_failure: dict[str, Any] | None = None) -> TaskDocument:
     result = task.result
     if not content and result is not None:
         result = {k: v for k, v in result.items() if k in ("model_change", "usage", "route", "child", "agent", "via")}
         if isinstance(result.get("model_change"), dict):
             # A refusal's category is the classifier's reading of the words: the same allowlist as the trace's.
             result["model_change"] = {k: v for k, v in result["model_change"].items() if k in STRUCTURAL_DATA_KEYS}
-    doc: dict[str, Any] = {
+    if content:
+        spec = {k: v for k, v in task.spec.items() if k != "script"}
+    else:
+        spec = {k: v for k, v in task.spec.items() if k in ("tool", "model", "mode", "quorum", "fallback_models", "agent", "via")}
+    return {
         "key": task.key,
         "kind": task.kind,
         "status": task.status,
@@ -121,14 +126,8 @@ def task_document(task: Task | DocumentTask, content: bool, run_failure: dict[st
         ),
         "failure_resolution": task.failure_resolution,
         "result": result,
+        "spec": spec,
     }
-    if content:
-        doc["spec"] = {k: v for k, v in task.spec.items() if k != "script"}
-    else:
-        doc["spec"] = {
-            k: v for k, v in task.spec.items() if k in ("tool", "model", "mode", "quorum", "fallback_models", "agent", "via")
-        }
-    return doc
 
 
 def run_summary(run: Run, content: bool) -> dict[str, Any]:

@@ -49,9 +49,11 @@ from runs.kernel.compile import (
     MAX_TIMEOUT_SECONDS,
     RunRequest,
     TaskSpec,
+    append_body_schema,
     check_storable,
     compile_create,
     compile_tasks,
+    create_body_schema,
     delegate_call_spec,
 )
 from runs.kernel.delegation import words_of
@@ -179,7 +181,9 @@ __all__ = [
     "call_digest",
     "cancel_child",
     "cancel_run",
+    "append_body_schema",
     "check_storable",
+    "create_body_schema",
     "compile_create",
     "compile_tasks",
     "claim_batch",

@@ -17,7 +17,7 @@ from django.db.models import F
 
 from runs.kernel.access import actor_name, require_write
 from runs.kernel.commit import commit, locked
-from runs.kernel.compile import check_storable, compile_create, compile_tasks
+from runs.kernel.compile import APPEND_FIELDS, check_fields, compile_create, compile_tasks, refuse_unknown_fields
 from runs.kernel.errors import Conflict, InvalidRequest, QuotaExceeded
 from runs.kernel.expansion import add_tasks
 from runs.kernel.graph import FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
@@ -119,7 +119,8 @@ def append(*, run_id: Any, user: Any, body: Mapping[str, Any]) -> tuple[Run, dic
     """Add tasks to a run; an applied append releases a hold back to running (S17)."""
     if not isinstance(body, Mapping):
         raise InvalidRequest("invalid_request", "the body must be a JSON object")
-    check_storable(body)
+    refuse_unknown_fields(body, APPEND_FIELDS)
+    check_fields(body, APPEND_FIELDS)
     raw_tasks = body.get("tasks") or []
     if not raw_tasks:
         raise InvalidRequest("missing_input", "an append needs `tasks`")

@@ -1,7 +1,7 @@
 """Bulk repair in the JSON API: POST /workspaces/{ws}/holds/retry and /holds/abandon.
 
 The body is a filter (agent, version, kind, error_key, min_age_seconds, runs, all) plus `dry_run`;
-the holds room (console/holds.py) selects the runs and console/bulk_repair.py repairs them, one
+runs/holds.py selects the runs and runs/repair.py repairs them, one
 transaction per run, so the API and the Holds page act the same. At most BULK_CAP runs per
 request; `more: true` says the filter matched more.
 """
@@ -13,12 +13,12 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Schema
 
-from console.bulk_repair import bulk_repair
-from console.holds import AGE_MAX_SECONDS, BULK_CAP, TEXT_MAX, parse_hold_filter
 from oz0site.auth import person_auth
 from runs import failures, kernel, selectors
 from runs.api import ERRORS, body_fields
+from runs.holds import AGE_MAX_SECONDS, BULK_CAP, TEXT_MAX, parse_hold_filter
 from runs.kernel import InvalidRequest
+from runs.repair import bulk_repair
 
 router = Router(tags=["holds"])
 
@@ -59,7 +59,7 @@ class BulkRepairOut(Schema):
 
 # Each field may be null, which is the same as leaving it out.
 _TEXT = {"type": ["string", "null"], "maxLength": TEXT_MAX, "pattern": r"\S"}
-# The body is read by console.holds.parse_hold_filter (typed 400s per field); this documents it:
+# The body is read by runs.holds.parse_hold_filter (typed 400s per field); this documents it:
 # at least one filter, or `all: true`.
 FILTER_BODY = {
     "required": True,

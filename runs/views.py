@@ -17,10 +17,10 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from console.holds import hold_documents
 from console.views import HtmxHttpRequest, fragment_or_page, live_fragment, not_found_as_404, wants_fragment, workspace_context
 from inbox.selectors import waiting_items
 from runs import kernel, selectors
+from runs.holds import hold_documents
 from runs.models import RUN_FINISHED, TASK_FAILED, TraceEvent
 
 RUN_STATUS_FILTERS = ("running", "needs_attention", "paused", "pending", "canceling", "completed", "canceled")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from console.bulk_repair import CHUNK
 from runs.models import Run, Task
+from runs.repair import CHUNK
 from tests.conftest import Team, wait_for
 from tests.console import states
 from tests.console.bulk_holds import held, verb_events

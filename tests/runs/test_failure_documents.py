@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from console.holds import held_runs
 from runs import kernel
+from runs.holds import held_runs
 from runs.kernel import sweep_clocks
 from runs.models import Run
 from tests.conftest import Team

@@ -13,7 +13,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from console.holds import BULK_CAP, HoldFilter, select_held_runs
+from runs.holds import BULK_CAP, HoldFilter, select_held_runs
 from runs.models import Run, Task, TraceEvent
 from tests.conftest import Team
 from tests.console import states
@@ -161,7 +161,7 @@ def test_a_run_it_cannot_repair_is_skipped_with_the_reason(team: Team, no_dispat
     code, body = api.post(path(team), {"runs": [str(repaired.pk), str(elsewhere.pk), str(uuid.uuid4())], "dry_run": True})
     assert code == 200 and body["count"] == 0 and body["runs"] == []
     # An explicit list repaired by someone else meanwhile: the console's confirm sends the previewed ids.
-    from console.bulk_repair import repair_runs
+    from runs.repair import repair_runs
 
     results = repair_runs(team.workspace, operator, "retry", HoldFilter(runs=(repaired.pk,)), [repaired.pk, elsewhere.pk])
     assert [r["outcome"] for r in results] == ["skipped", "skipped"]

@@ -197,6 +197,9 @@ class Stack:
             "OZ0_HEARTBEAT_SECONDS": str(self.timing.heartbeat),
             "OZ0_SWEEP_SECONDS": str(self.timing.sweep),
             "OZ0_REQUEUE_SECONDS": str(self.timing.requeue),
+            # One workspace under faults, not neighbours: its calls may fill every worker slot
+            # (the fair share is `./oz0 bench --only neighbors`' subject).
+            "OZ0_WORKER_SLOTS_PER_WORKSPACE": "0",
             "OZ0_WORKER_STALE_SECONDS": str(max(4.0, 4 * self.timing.heartbeat)),
             "OZ0_PASSWORD_HASHERS": "django.contrib.auth.hashers.MD5PasswordHasher",
             "DEBUG": "0",

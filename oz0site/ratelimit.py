@@ -13,6 +13,7 @@ a limit that exists to bound one member's share, not to meter.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from functools import lru_cache
@@ -23,6 +24,8 @@ from django.conf import settings
 from django.db import connection
 
 from runs.kernel import KernelError
+
+log = logging.getLogger(__name__)
 
 
 class RateLimited(KernelError):
@@ -57,7 +60,13 @@ def admit(user_id: Any, kind: str) -> None:
     pipe = _client().pipeline(transaction=False)
     pipe.set(key, 0, ex=math.ceil(window) + 1, nx=True)
     pipe.incr(key)
-    _, count = pipe.execute()
+    try:
+        _, count = pipe.execute()
+    except redis.RedisError:
+        # The limit bounds one member's share; it is no reason to refuse work while Redis is
+        # down (a create commits to PostgreSQL and its message is recovered from there).
+        log.warning("rate limit not counted: Redis is unreachable")
+        return
     if int(count) > limit:
         retry_after = max(1, math.ceil((index + 1) * window - now))
         raise RateLimited(kind, limit, window, retry_after)

@@ -229,3 +229,18 @@ def test_the_rate_limit_counts_on_the_embedded_redis_too(monkeypatch: pytest.Mon
         assert 0 < embedded.ttl(key) <= 61  # the window's key expires
     finally:
         embedded.shutdown()
+
+
+def test_the_rate_limit_lets_requests_through_while_redis_is_down(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """A create commits to PostgreSQL and its message is recovered from there: with Redis down the
+    limiter made every write answer 500 (tests/faults/test_broker_outage.py found it)."""
+    import redis
+
+    from oz0cli.embedded import free_port
+    from oz0site import ratelimit
+
+    unreachable = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5)
+    monkeypatch.setattr(ratelimit, "_client", lambda: unreachable)
+    settings.OZ0_RATE_WRITES = 1
+    for _ in range(3):
+        ratelimit.admit(424243, "write")  # neither counted nor refused

@@ -194,7 +194,7 @@ def run(
     whose workers open a database session per task (OZ0_CELERY_DB_REUSE_MAX=0, Celery's Django
     fixup closing the connection around every task, as before it was set)."""
     from bench.harness import bench_team
-    from runs import tokens
+    from tenancy import tokens
 
     n = profile.fan_tasks
     workspace, user = bench_team("fan")

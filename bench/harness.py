@@ -388,7 +388,7 @@ def bench_team(prefix: str = "bench") -> tuple[Any, Any]:
     """A fresh workspace and an operator member."""
     from django.contrib.auth.models import User
 
-    from runs.models import Membership, Workspace
+    from tenancy.models import Membership, Workspace
 
     tag = uuid.uuid4().hex[:8]
     workspace = Workspace.objects.create(slug=f"{prefix}-{tag}", name=f"bench {prefix}")

@@ -27,8 +27,9 @@ def seed(rows: int) -> tuple[Any, Any, str]:
     from django.utils import timezone
 
     from runs import kernel
-    from runs.models import ApiToken, Task
-    from runs.tokens import token_digest
+    from runs.models import Task
+    from tenancy.models import ApiToken
+    from tenancy.tokens import token_digest
 
     workspace, user = bench_team("inbox")
     token = secrets.token_urlsafe(32)

@@ -235,8 +235,8 @@ def bearer_client(user: Any) -> Any:
     """Django's test client as an API client of `user`, with a bearer token of its own."""
     from django.test import Client
 
-    from runs.models import ApiToken
-    from runs.tokens import token_digest
+    from tenancy.models import ApiToken
+    from tenancy.tokens import token_digest
 
     token = secrets.token_urlsafe(24)
     ApiToken.objects.create(user=user, digest=token_digest(token), label="profile")

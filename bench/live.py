@@ -145,7 +145,7 @@ def _fan_main(n: int, workspace_id: int, port: int, token: str, probe_dir: Any, 
 
     harness.setup_django()
     from bench import fan
-    from runs.models import Workspace
+    from tenancy.models import Workspace
 
     client = fan.Client(port, token)
     try:
@@ -159,8 +159,8 @@ def _fan_main(n: int, workspace_id: int, port: int, token: str, probe_dir: Any, 
 def start_fan(profile: Profile, workspace: Any, user: Any, port: int, procs: Processes) -> tuple[Any, Any]:
     """Start a process that builds and runs a fan through this daphne's API; returns once its
     first request committed. (None, None) when the profile runs no fan beside the waves."""
-    from runs import tokens
     from runs.models import Run
+    from tenancy import tokens
 
     if profile.live_fan <= 0:
         return None, None

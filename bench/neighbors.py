@@ -301,8 +301,8 @@ def _member(workspace: Any, role: str, tag: str) -> tuple[Any, str, list[str]]:
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from runs import tokens
-    from runs.models import Membership
+    from tenancy import tokens
+    from tenancy.models import Membership
 
     user = User.objects.create_user(username=f"{workspace.slug}-{tag}", password="x")
     Membership.objects.create(workspace=workspace, user=user, role=role)
@@ -414,7 +414,8 @@ def _cancel_all(workspace: Any) -> None:
 
     from runs import kernel
     from runs.kernel import KernelError
-    from runs.models import Membership, Run
+    from runs.models import Run
+    from tenancy.models import Membership
 
     operator = User.objects.get(pk=Membership.objects.filter(workspace=workspace).values_list("user_id", flat=True).first())
     for run_id in Run.objects.filter(workspace=workspace, status__in=("pending", "running", "paused")).values_list(

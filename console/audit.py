@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET
 
 from console.views import HtmxHttpRequest, fragment_or_page, wants_fragment, workspace_context
 from runs import audit, kernel, selectors
-from runs.models import Workspace
+from tenancy.models import Workspace
 
 FILTER_NAMES = ("actor", "verb", "run", "since", "until")
 

@@ -24,9 +24,9 @@ from django.views.decorators.http import require_POST
 from console.views import HtmxHttpRequest, not_found_as_404, workspace_context
 from runs import kernel, selectors
 from runs.holds import BULK_CAP, HoldFilter, parse_hold_filter, select_held_runs
-from runs.models import Workspace
-from runs.permissions import has_write_standing
 from runs.repair import CHUNK, VERBS, repair_runs
+from tenancy.models import Workspace
+from tenancy.permissions import has_write_standing
 
 
 def filter_from_form(data: QueryDict, workspace: Workspace) -> HoldFilter:

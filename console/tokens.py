@@ -11,7 +11,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from runs import kernel, selectors, tokens
+from runs import selectors
+from tenancy import tokens
 
 
 def _page(request: HttpRequest, *, new_token: str | None = None, error: str | None = None, status: int = 200) -> HttpResponse:
@@ -41,7 +42,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
         token, _ = tokens.issue(
             user=request.user, label=request.POST.get("label", ""), expires_in_days=request.POST.get("expires_in_days")
         )
-    except kernel.KernelError as error:
+    except tokens.TokenRefused as error:
         return _page(request, error=error.detail, status=409 if error.status == 409 else 400)
     return _page(request, new_token=token)
 
@@ -51,9 +52,9 @@ def token_list(request: HttpRequest) -> HttpResponse:
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     try:
         row = tokens.revoke(token_id=token_id, user=request.user)
-    except kernel.NotFound:
-        raise Http404("no such token") from None
-    except kernel.KernelError as error:
+    except tokens.TokenRefused as error:
+        if error.status == 404:
+            raise Http404("no such token") from None
         messages.warning(request, error.detail)
         return redirect("tokens")
     messages.success(request, f"Revoked token {row.hint or row.pk}… ({row.label or 'no label'}): it works no more.")

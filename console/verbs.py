@@ -24,8 +24,8 @@ from django.views.decorators.http import require_POST
 from console.views import HtmxHttpRequest, not_found_as_404, toast
 from runs import kernel, selectors
 from runs.models import Run, Task, TraceEvent
-from runs.permissions import has_write_standing
 from runs.schemas import parse_body
+from tenancy.permissions import has_write_standing
 
 REASON_MAX = 2000
 PAST_TENSE = {

@@ -19,8 +19,8 @@ from django.utils.cache import patch_vary_headers
 from django_htmx.middleware import HtmxDetails
 
 from runs import kernel, selectors
-from runs.models import Workspace
-from runs.permissions import has_write_standing, role_of
+from tenancy.models import Workspace
+from tenancy.permissions import has_write_standing, role_of
 
 # No change worth a swap: what ticks in the browser (relative times), the CSRF token's fresh
 # mask and the back-link a refresh's own URL puts in every form.

@@ -9,7 +9,7 @@ from django.views.decorators.http import require_GET
 
 from console.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, workspace_context
 from runs import selectors
-from runs.permissions import has_write_standing
+from tenancy.permissions import has_write_standing
 
 
 @require_GET

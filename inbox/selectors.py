@@ -16,9 +16,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs import kernel
-from runs.models import Membership, Run, RunStatus, Task, TaskStatus, Workspace
-from runs.permissions import can_read_content, has_write_standing
+from runs.models import Run, RunStatus, Task, TaskStatus
+from runs.permissions import can_read_content
 from runs.selectors import encode_cursor, invalid_cursor, keyset_position, uuid_or_invalid_cursor
+from tenancy.models import Membership, Workspace
+from tenancy.permissions import has_write_standing
 
 KINDS = ("approval", "question", "hold")
 

@@ -23,7 +23,7 @@ from console.views import (
 from inbox import selectors
 from runs import kernel
 from runs import selectors as run_selectors
-from runs.models import Workspace
+from tenancy.models import Workspace
 
 PAGE = 25
 # How deep a live refresh keeps a person who clicked "Load more": the items on screen, up to this.

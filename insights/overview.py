@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from insights.models import FailureDaily, RunDaily
 from oz0agents.models import Agent
-from runs.models import Run, RunStatus, Workspace
+from runs.models import Run, RunStatus
+from tenancy.models import Workspace
 
 WINDOW_DAYS = 30
 TOP_KINDS = 3

@@ -18,8 +18,9 @@ from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
 from runs.kernel import InvalidRequest, NotFound
-from runs.models import Finding, Membership, TaskKind
+from runs.models import Finding, TaskKind
 from runs.selectors import encode_cursor, invalid_cursor, keyset_position
+from tenancy.models import Membership
 
 KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 TERMS = ("finding", "agent", "version", "since", "until", "step", "step_kind", "workspace")

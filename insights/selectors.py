@@ -16,7 +16,7 @@ from django.utils import timezone
 from oz0agents.models import Agent, AgentVersion
 from runs import failures
 from runs.kernel import NotFound
-from runs.models import Membership
+from tenancy.models import Membership
 
 # Without `since`, the trend shows this many days up to today; counts cover all time.
 TREND_DAYS = 30

@@ -28,7 +28,8 @@ from django.utils import timezone
 from notify.delivery import DeliveryError, post_webhook, send_email
 from notify.models import Subscription
 from runs.models import Run, RunStatus, Task, TaskStatus
-from runs.permissions import can_read_content, role_of
+from runs.permissions import can_read_content
+from tenancy.permissions import role_of
 
 SETTLE = timedelta(seconds=2)
 # Waits listed in one message; the rest are counted and the inbox linked.

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from runs.models import Workspace
+from tenancy.models import Workspace
 
 WAIT_KINDS = ("approval", "question", "hold")
 

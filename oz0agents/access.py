@@ -13,8 +13,8 @@ from typing import Any
 from oz0agents.models import Agent, AgentVersion
 from oz0agents.registry import latest_versions
 from runs.kernel import Forbidden, InvalidRequest, NotFound
-from runs.models import Membership, Role, Workspace
-from runs.permissions import has_write_standing, role_of
+from tenancy.models import Membership, Role, Workspace
+from tenancy.permissions import has_write_standing, role_of
 
 
 def member_workspaces(user: Any) -> dict[int, str]:

@@ -14,8 +14,8 @@ from oz0agents.models import Agent, AgentVersion
 from oz0agents.registry import agents_of, register
 from oz0site.auth import person_auth
 from runs.kernel import MAX_PAYLOAD_BYTES, NotFound
-from runs.models import Workspace
 from runs.schemas import SLUG_PATTERN, SLUG_QUERY, ErrorBody, ErrorOut, Page
+from tenancy.models import Workspace
 
 router = Router(tags=["agents"])
 

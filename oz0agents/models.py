@@ -13,7 +13,7 @@ class Agent(models.Model):
     """An agent belongs to one workspace: its operators register its versions, and runs of that
     workspace name it. Another workspace may have an agent of the same name; they are unrelated."""
 
-    workspace = models.ForeignKey("runs.Workspace", on_delete=models.CASCADE, related_name="agents")
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="agents")
     name = models.CharField(max_length=100)
     created_at = models.DateTimeField(auto_now_add=True)
 

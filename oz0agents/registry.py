@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from oz0agents.lint import FAILURE_FLAGS, InvalidManifest, lint
 from oz0agents.models import Agent, AgentVersion
 from oz0agents.parsing import Problem
-from runs.models import Workspace
+from tenancy.models import Workspace
 
 
 def digest(manifest: Mapping[str, Any]) -> str:

@@ -18,13 +18,14 @@ from insights.api import router as insights_router
 from insights.catalog import openapi_failures
 from notify.api import router as notify_router
 from oz0agents.api import router as agents_router
-from oz0site.auth import person_auth, token_user
+from oz0site.auth import person_auth
 from runs.api import router as runs_router
 from runs.audit_api import router as audit_router
 from runs.executor_api.router import router as executors_router
 from runs.holds_api import router as holds_router
 from runs.kernel import KernelError
 from runs.schemas import read_body
+from tenancy.tokens import token_user
 
 # Who asked for the OpenAPI document: its `x-oz0-failures` lists the agents of their workspaces.
 _openapi_caller: ContextVar[Any] = ContextVar("oz0_openapi_caller", default=None)

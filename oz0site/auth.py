@@ -1,6 +1,7 @@
 """Who a JSON API request speaks for: a person, by bearer token or by the console's session, and
 the route's standing, checked before the body is read.
 
+The tokens are tenancy's (`tenancy.tokens.token_user`); this module wires them into ninja.
 Executors authenticate with tokens of their own (`runs.executor_api.router.ExecutorAuth`).
 
 Each route declares what it needs (`person_auth(role, where=..., body_max=..., rate=...)`):
@@ -14,43 +15,20 @@ which the parser checks against Content-Length first.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja.security import HttpBearer
 from ninja.security import SessionAuth as NinjaSessionAuth
 
 from oz0site import ratelimit
 from runs.kernel import Forbidden, NotFound
-from runs.models import ApiToken, Membership, Role, Run, Workspace
-from runs.permissions import ROLE_RANK, role_of
+from runs.models import Run
 from runs.schemas import refuse_declared_length
-from runs.tokens import token_digest
-
-# A token's "last used" is kept to the minute: a client making many requests a second must not
-# pay a write (and its commit) on every one of them.
-LAST_USED_GRAIN = timedelta(minutes=1)
-
-
-def token_user(token: str) -> Any:
-    """The active user a bearer token stands for: never a revoked or expired token's."""
-    now = timezone.now()
-    row = (
-        ApiToken.objects.select_related("user")
-        .filter(digest=token_digest(token), revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .first()
-    )
-    if row is None or not row.user.is_active:
-        return None
-    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_GRAIN:
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
-    return row.user
-
+from tenancy.models import Membership, Role, Workspace
+from tenancy.permissions import ROLE_RANK, role_of
+from tenancy.tokens import token_user
 
 # Where a route's workspace is named: its `ws` path parameter (a slug), its `run_id` (the run's
 # workspace), or nowhere but the caller must hold the role in some workspace (`any`).

@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     # Only for its static files and templates: the API docs' Swagger UI, served from this install.
     "ninja",
     "django_htmx",
+    "tenancy",  # workspaces, membership, API tokens (tables runs_workspace, runs_membership, runs_apitoken)
     "runs",
     "oz0agents",  # label `agents`: its tables and migrations keep their names
     "inbox",

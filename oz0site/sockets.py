@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection
 from django.http.request import split_domain_port, validate_host
 
-from runs.membership import async_client
+from tenancy.membership import async_client
 
 CLOSE_SIGNED_OUT = 4401
 CLOSE_TOO_MANY = 4429

@@ -8,19 +8,12 @@ class RunsConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
         from django.contrib.auth.signals import user_logged_out
-        from django.db.models.signals import post_delete, post_save
 
         from oz0site.sockets import session_signed_out
-        from runs import kernel, membership
-        from runs.models import Membership
+        from runs import kernel
         from runs.worker.tasks import execute_batch, execute_session, execute_task
 
-        # Live sockets re-check membership when a user's stamp moved (runs.consumers).
-        for signal in (post_save, post_delete):
-            signal.connect(membership.membership_changed, sender=Membership, dispatch_uid=f"oz0-membership-{signal}")
-            signal.connect(membership.user_changed, sender=settings.AUTH_USER_MODEL, dispatch_uid=f"oz0-user-{signal}")
-
-        # A session that signs out closes its live sockets.
+        # A session that signs out closes its live sockets (membership stamps: TenancyConfig.ready).
         user_logged_out.connect(session_signed_out, dispatch_uid="oz0-sockets-signed-out")
 
         def send(task_ids: list[int], chunks: list[list[int]], run_id: str | None, sessions: list[int]) -> None:

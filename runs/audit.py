@@ -22,9 +22,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from runs.kernel import InvalidRequest
-from runs.models import Run, TraceEvent, Workspace
+from runs.models import Run, TraceEvent
 from runs.permissions import can_read_content
 from runs.selectors import encode_cursor, invalid_cursor, keyset_position
+from tenancy.models import Workspace
 
 # The verbs the trail records, as the kernel names them; `append` is the `appended` event.
 VERBS = ("approve", "deny", "answer", "resolve", "retry", "abandon", "compact", "append", "cancel", "pause", "resume")

@@ -23,9 +23,10 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from oz0site import sockets
 from oz0site.realtime import run_group, workspace_group
-from runs import membership
-from runs.models import Membership, Run, Workspace
-from runs.permissions import role_of
+from runs.models import Run
+from tenancy import membership
+from tenancy.models import Membership, Workspace
+from tenancy.permissions import role_of
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,10 @@ from django.utils import timezone
 from oz0agents.models import AgentVersion
 from runs import failures
 from runs.kernel import InvalidRequest, nonreplayable_calls, repair_candidates_of
-from runs.models import TASK_FAILED, Run, RunStatus, Task, Workspace
+from runs.models import TASK_FAILED, Run, RunStatus, Task
 from runs.permissions import can_read_content
 from runs.selectors import task_error
+from tenancy.models import Workspace
 
 
 def held_runs(user: Any, workspace: Workspace, *, run_ids: list[Any] | None = None, limit: int = 50) -> list[dict[str, Any]]:

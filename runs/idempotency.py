@@ -37,7 +37,8 @@ from django.utils import timezone
 from ninja.responses import NinjaJSONEncoder
 
 from runs.kernel import Conflict, InvalidRequest
-from runs.models import IdempotencyKey, Run, Workspace
+from runs.models import IdempotencyKey, Run
+from tenancy.models import Workspace
 
 HEADER = "Idempotency-Key"
 KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")

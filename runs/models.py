@@ -1,4 +1,5 @@
-"""The run store: workspaces, runs, tasks and the append-only trace (agents live in `oz0agents.models`).
+"""The run store: runs, tasks and the append-only trace (workspaces, membership and tokens live in
+`tenancy.models`, agents in `oz0agents.models`).
 
 Only `runs.kernel` writes `status` fields; everything else reads through
 selectors. Indexes below are chosen for the kernel's hot queries (ready and
@@ -16,53 +17,6 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.fields.json import KT
-
-
-class Role(models.TextChoices):
-    VIEWER = "viewer"
-    READER = "reader"
-    OPERATOR = "operator"
-
-
-class Workspace(models.Model):
-    slug = models.SlugField(max_length=64, unique=True)
-    name = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    # The bytes of the inputs its people's runs store (the `input_bytes` quota), grown by each
-    # create in the create's own transaction (runs/kernel/expansion.py).
-    stored_input_bytes = models.BigIntegerField(default=0)
-
-    def __str__(self) -> str:
-        return self.slug
-
-
-class Membership(models.Model):
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=16, choices=Role.choices)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="membership_unique_user")]
-
-    def __str__(self) -> str:
-        return f"{self.user} {self.role} of {self.workspace}"
-
-
-class ApiToken(models.Model):
-    """A bearer token; only its SHA-256 is stored, with its first characters as a hint a person
-    can recognize it by. A revoked or expired token authenticates nobody."""
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
-    digest = models.CharField(max_length=64, unique=True)
-    hint = models.CharField(max_length=8, blank=True, default="")
-    label = models.CharField(max_length=100, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"token {self.label or self.pk} of {self.user_id}"
 
 
 class RunStatus(models.TextChoices):
@@ -86,7 +40,7 @@ RUN_WORKING = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION)
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="runs")
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="runs")
     agent_version = models.ForeignKey("agents.AgentVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     agent_name = models.CharField(max_length=100, blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -347,7 +301,7 @@ class Executor(models.Model):
     name = models.CharField(max_length=100, blank=True, default="")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="executors")
     # Serve only this workspace's calls; null: every workspace the owner has write standing in.
-    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="executors")
+    workspace = models.ForeignKey("tenancy.Workspace", null=True, blank=True, on_delete=models.CASCADE, related_name="executors")
     tools = ArrayField(models.CharField(max_length=100), default=list)
     token_digest = models.CharField(max_length=64, unique=True)
     revoked = models.BooleanField(default=False)
@@ -366,7 +320,7 @@ class IdempotencyKey(models.Model):
     """The first answer to a create or append sent with an `Idempotency-Key` header, written in the
     request's own transaction (runs/idempotency.py): a retry with the key gets it again."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+", db_index=False)
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="+", db_index=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=255)
     # SHA-256 of the method, the path and the body (canonical JSON): what "the same request" means.

@@ -1,35 +1,16 @@
-"""Who may see and do what in a workspace (API.md "Workspaces and roles").
+"""Whether a person sees a run's words: the one redaction rule (F11, F12).
 
-viewer: statuses, kinds, flags, counts. reader: + content. operator: + write standing.
-A private run shows its content to its creator alone. Non-members see nothing.
+A private run shows its content to its creator alone; otherwise readers and operators of its
+workspace see it. Roles themselves are tenancy's (`tenancy.permissions`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from runs.models import Membership, Role, Run
-
-ROLE_RANK = {Role.VIEWER: 1, Role.READER: 2, Role.OPERATOR: 3}
-
-
-def role_of(user: Any, workspace_id: int) -> str | None:
-    if user is None or not user.is_authenticated:
-        return None
-    cache: dict[int, str | None] = user.__dict__.setdefault("_oz0_roles", {})
-    if workspace_id not in cache:
-        cache[workspace_id] = (
-            Membership.objects.filter(user_id=user.pk, workspace_id=workspace_id).values_list("role", flat=True).first()
-        )
-    return cache[workspace_id]
-
-
-def is_member(user: Any, workspace_id: int) -> bool:
-    return role_of(user, workspace_id) is not None
-
-
-def has_write_standing(user: Any, workspace_id: int) -> bool:
-    return role_of(user, workspace_id) == Role.OPERATOR
+from runs.models import Run
+from tenancy.models import Role
+from tenancy.permissions import role_of
 
 
 def can_read_content(user: Any, run: Run) -> bool:

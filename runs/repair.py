@@ -12,7 +12,8 @@ from django.db import transaction
 
 from runs import kernel
 from runs.holds import BULK_CAP, HoldFilter, held_runs_query, repair_targets, select_held_runs
-from runs.models import Run, RunStatus, TraceEvent, Workspace
+from runs.models import Run, RunStatus, TraceEvent
+from tenancy.models import Workspace
 
 VERBS: dict[str, Callable[..., Any]] = {"retry": kernel.retry, "abandon": kernel.abandon}
 

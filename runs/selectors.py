@@ -21,9 +21,11 @@ from django.utils.dateparse import parse_datetime
 
 from runs import failures
 from runs.kernel import InvalidRequest, NotFound, quota_limits, repair_candidates_of
-from runs.models import RUN_OPEN, Membership, Run, Task, TaskStatus, TraceEvent, Workspace
-from runs.permissions import can_read_content, role_of
+from runs.models import RUN_OPEN, Run, Task, TaskStatus, TraceEvent
+from runs.permissions import can_read_content
 from runs.schemas import TaskDocument
+from tenancy.models import Membership, Workspace
+from tenancy.permissions import role_of
 
 # Trace event data a closed reader may see: structure, statuses, flags and counts, never words.
 STRUCTURAL_DATA_KEYS = frozenset(

@@ -7,8 +7,8 @@ import uuid
 
 from django.contrib.auth.models import User
 
-from runs.models import ApiToken, Membership, Workspace
-from runs.tokens import token_digest
+from tenancy.models import ApiToken, Membership, Workspace
+from tenancy.tokens import token_digest
 
 
 def unique(prefix: str = "t") -> str:

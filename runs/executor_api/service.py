@@ -17,9 +17,10 @@ from django.utils import timezone
 
 from runs import kernel
 from runs.kernel import Conflict, Forbidden, InvalidRequest, KernelError, NotFound, check_storable
-from runs.models import Executor, Membership, Role, Task, Workspace
-from runs.tokens import token_digest
+from runs.models import Executor, Task
 from runs.tools import get_tool
+from tenancy.models import Membership, Role, Workspace
+from tenancy.tokens import token_digest
 
 # Error keys an executor may report for a failed call; anything else is `tool_failed`.
 REPORTABLE_KEYS = ("tool_failed", "tool_timeout")

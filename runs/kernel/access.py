@@ -6,7 +6,8 @@ from typing import Any
 
 from runs.kernel.errors import ContentHidden, Forbidden, NotFound
 from runs.models import Run
-from runs.permissions import can_read_content, has_write_standing, is_member
+from runs.permissions import can_read_content
+from tenancy.permissions import has_write_standing, is_member
 
 
 def actor_name(user: Any) -> str:

@@ -30,7 +30,8 @@ from runs.kernel.graph import FAILED_STATUSES
 from runs.kernel.guards import evaluate_guard, guard_steps, parse_guard
 from runs.kernel.templates import TemplateError, has_templates, render, template_steps
 from runs.kernel.txn import Txn
-from runs.models import Run, RunStatus, Task, TaskStatus, Workspace
+from runs.models import Run, RunStatus, Task, TaskStatus
+from tenancy.models import Workspace
 
 
 def tree_max_depth() -> int:

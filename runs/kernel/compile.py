@@ -23,8 +23,8 @@ from runs.kernel.graph import find_cycle
 from runs.kernel.guards import GuardError, parse_guard
 from runs.kernel.output_schemas import schema_problem
 from runs.kernel.templates import failures_read
-from runs.models import Workspace
 from runs.tools import get_tool
+from tenancy.models import Workspace
 
 MAX_STEPS_PER_REQUEST = 64
 MAX_FAN = 32

@@ -23,7 +23,8 @@ from runs.kernel.expansion import add_tasks
 from runs.kernel.graph import FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
 from runs.kernel.settling import release_hold
 from runs.kernel.txn import Txn
-from runs.models import RUN_OPEN, Run, RunStatus, Task, Workspace
+from runs.models import RUN_OPEN, Run, RunStatus, Task
+from tenancy.models import Workspace
 
 
 def quota_limits() -> dict[str, int]:

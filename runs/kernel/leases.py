@@ -25,7 +25,8 @@ from runs.kernel.failure import is_replayable
 from runs.kernel.scheduling import after_failure, approval_holds, tool_deadline
 from runs.kernel.txn import Txn
 from runs.kernel.worker import Claimed, claimed_from
-from runs.models import Executor, Membership, Role, RunStatus, Task, TaskStatus
+from runs.models import Executor, RunStatus, Task, TaskStatus
+from tenancy.models import Membership, Role
 
 CLAIMABLE_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION)
 CLAIM_PREFIX = "executor:"

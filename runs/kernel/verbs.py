@@ -20,7 +20,7 @@ from runs.kernel.scheduling import after_failure, evaluate, make_ready, release
 from runs.kernel.settling import cancel, pause, release_hold, resume
 from runs.kernel.txn import Txn
 from runs.models import Run, RunStatus, Task, TaskStatus
-from runs.permissions import is_member
+from tenancy.permissions import is_member
 
 
 def _verb_task(txn: Txn, user: Any, key: str) -> Task:

@@ -8,7 +8,8 @@ import pytest
 from django.test import Client
 
 from oz0agents.models import Agent, AgentVersion
-from runs.models import Membership, Run
+from runs.models import Run
+from tenancy.models import Membership
 from tests.conftest import Api, Team
 from tests.factories import make_token
 

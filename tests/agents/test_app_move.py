@@ -12,7 +12,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from oz0agents.models import Agent, AgentVersion
-from runs.models import Run, Workspace
+from runs.models import Run
+from tenancy.models import Workspace
 
 MAIN_LEAVES = [("runs", "0006_effects_belong_to_a_workspace"), ("agents", None)]
 MOVE = [("agents", "0001_initial"), ("runs", "0007_agents_move_to_the_agents_app")]

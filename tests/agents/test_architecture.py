@@ -1,9 +1,9 @@
 """The agents app's boundary: what it takes from `runs`, and what others take from it.
 
-agents/ reads from runs only the run store's models, the kernel's public surface (its errors),
-the platform's vocabulary a manifest is checked against (failure kinds, the tool registry, the
-timeout cap) and the roles/standing rules; runs/ reaches into agents only for the data it runs
-on (models, registry, lint), never its HTTP or access layers.
+agents/ reads from runs only the kernel's public surface (its errors), the platform's vocabulary
+a manifest is checked against (failure kinds, the tool registry, the timeout cap) and the API's
+error shape; workspaces, roles and standing are tenancy's. runs/ reaches into agents only for the
+data it runs on (models, registry, lint), never its HTTP or access layers.
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Every runs module agents/ may import, with why.
 AGENTS_MAY_IMPORT_FROM_RUNS = {
-    "runs.models": "Workspace, Membership, Role: the run store the agents belong to",
     "runs.kernel": "the kernel's public surface: its errors, and MAX_TIMEOUT_SECONDS, the one cap a `timeout_s` is checked against",
     "runs.failures": "PLATFORM_KINDS, which an agent may never declare",
     "runs.tools": "the tool registry, which says whether a listed tool is served here",
-    "runs.permissions": "role_of / has_write_standing: who may read and register",
     "runs.schemas": "ErrorOut, the API's error shape",
     "runs.worker.harness.bridges": "lint asks a confined bridge whether an import target loads (never this process)",
 }

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from runs.models import Membership, Task
+from runs.models import Task
+from tenancy.models import Membership
 from tests.conftest import Api, Team
 from tests.factories import make_member, make_token
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from runs import kernel
-from runs.models import Run, TraceEvent, Workspace
+from runs.models import Run, TraceEvent
+from tenancy.models import Workspace
 from tests.console import states
 
 

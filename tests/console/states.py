@@ -7,7 +7,8 @@ from typing import Any
 
 from oz0agents.models import Agent, AgentVersion
 from runs import kernel
-from runs.models import Run, Task, Workspace
+from runs.models import Run, Task
+from tenancy.models import Workspace
 
 
 def agent(name: str, workspace: Workspace, version: int = 1) -> str:

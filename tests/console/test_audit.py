@@ -212,7 +212,7 @@ def test_it_keeps_each_workspace_to_its_own_trail(team: Team) -> None:
 def test_it_filters_by_actor_verb_run_and_time(team: Team) -> None:
     done = every_verb(team)
     second = team.users["reader"]  # promoted for this test: a second actor
-    from runs.models import Membership
+    from tenancy.models import Membership
 
     Membership.objects.filter(user=second, workspace=team.workspace).update(role="operator")
     second.__dict__.pop("_oz0_roles", None)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from runs import kernel
-from runs.models import Membership, Run, Task
+from runs.models import Run, Task
+from tenancy.models import Membership
 from tests.conftest import ROOT, Team, wait_for
 from tests.console.conftest import Browser, ConsoleServer
 from tests.console.test_browser import ROUND_WITH_ONE_CALL, expect, halted, no_csp_violations, waiting_for_approval

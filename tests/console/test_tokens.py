@@ -7,8 +7,8 @@ import re
 import pytest
 from django.test import Client
 
-from runs import tokens
-from runs.models import ApiToken
+from tenancy import tokens
+from tenancy.models import ApiToken
 from tests.conftest import Api, Team
 from tests.factories import make_token
 

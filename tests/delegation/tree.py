@@ -12,7 +12,8 @@ from typing import Any
 
 from oz0agents.registry import register
 from runs import kernel
-from runs.models import Run, Task, TraceEvent, Workspace
+from runs.models import Run, Task, TraceEvent
+from tenancy.models import Workspace
 from tests.factories import unique
 from tests.runs.driver import drive, queued
 

@@ -11,7 +11,8 @@ from django.core.management import call_command
 
 from runs import kernel
 from runs.management.commands.demo import demo_password
-from runs.models import Membership, Run, Task
+from runs.models import Run, Task
+from tenancy.models import Membership
 from tests.conftest import LiveStack, wait_for
 
 

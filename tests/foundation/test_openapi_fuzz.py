@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, Phase, settings
 from ninja.responses import NinjaJSONEncoder
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from runs.models import Membership, Run
+from runs.models import Run
+from tenancy.models import Membership
 from tests.conftest import Api
 from tests.factories import make_token, make_workspace, unique
 from tests.runs.driver import drive, echo, fail

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from runs.models import ApiToken, Membership, Workspace
+from tenancy.models import ApiToken, Membership, Workspace
 from tests.conftest import Api, _database_url
 from tests.foundation.helpers import clean_env, oz0
 

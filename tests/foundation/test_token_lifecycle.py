@@ -10,7 +10,7 @@ import time_machine
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from runs.models import ApiToken
+from tenancy.models import ApiToken
 from tests.conftest import Api
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,8 @@ from insights import overview
 from insights.models import FailureDaily, RunDaily
 from insights.selectors import scorecard
 from runs.management.commands.demo import HISTORY_DAYS
-from runs.models import Finding, Run, Workspace
+from runs.models import Finding, Run
+from tenancy.models import Workspace
 
 pytestmark = pytest.mark.django_db
 

@@ -138,7 +138,7 @@ def test_it_shows_findings_to_members_of_their_workspace_only(team: Any) -> None
     from tests.conftest import Api
 
     api = Api(make_token(user=both))
-    from runs.models import Membership
+    from tenancy.models import Membership
 
     Membership.objects.create(workspace=team.workspace, user=both, role="viewer")
     status, page = api.get(f"/findings?workspace={other.slug}")

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from runs.models import Membership
+from tenancy.models import Membership
 from tests.conftest import Api
 from tests.factories import make_member, make_token, make_workspace
 from tests.insights.test_findings import finding, kinds_of

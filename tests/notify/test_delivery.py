@@ -19,7 +19,7 @@ from notify import digests, subscriptions
 from notify.models import Subscription
 from notify.tasks import deliver_digest
 from runs import kernel
-from runs.models import Membership
+from tenancy.models import Membership
 from tests.conftest import Team
 from tests.console.states import agent, approval_run, halted_run, question_run
 from tests.notify.conftest import SmtpSink, WebhookReceiver

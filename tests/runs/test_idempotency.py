@@ -77,7 +77,7 @@ def test_keys_are_scoped_to_the_workspace_and_the_caller(team: Team) -> None:
     status, answer = post(other_operator, f"/workspaces/{team.slug}/runs", BODY, "shared")
     assert status == 201  # another caller's key of the same name is another key
     elsewhere = make_workspace()
-    from runs.models import Membership
+    from tenancy.models import Membership
 
     Membership.objects.create(workspace=elsewhere, user=team.users["operator"], role="operator")
     status, _ = post(team.tokens["operator"], f"/workspaces/{elsewhere.slug}/runs", BODY, "shared")

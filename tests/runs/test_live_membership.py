@@ -13,7 +13,7 @@ from django.test import Client
 
 from oz0site import realtime
 from runs import kernel
-from runs.models import Membership
+from tenancy.models import Membership
 from tests.conftest import Team
 from tests.runs.driver import echo
 

@@ -14,7 +14,7 @@ from django.test import Client
 from redis.exceptions import MaxConnectionsError
 
 from oz0site import realtime, sockets
-from runs import membership
+from tenancy import membership
 from tests.conftest import Team
 
 pytestmark = pytest.mark.usefixtures("committed", "no_dispatch")

@@ -10,7 +10,8 @@ import pytest
 from django.test import Client, override_settings
 
 from runs import kernel
-from runs.models import Run, Task, TraceEvent, Workspace
+from runs.models import Run, Task, TraceEvent
+from tenancy.models import Workspace
 from tests.conftest import Team
 
 pytestmark = pytest.mark.usefixtures("no_dispatch")

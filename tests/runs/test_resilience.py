@@ -160,7 +160,7 @@ def test_it_finishes_an_accepted_run_across_a_worker_and_a_redis_restart(live: L
         ]
         # Create the run from a process whose broker is the dedicated Redis, as a program would through the API.
         program = (
-            "import json,sys;from runs import kernel;from runs.models import Workspace;"
+            "import json,sys;from runs import kernel;from tenancy.models import Workspace;"
             f"ws=Workspace.objects.get(slug='{live_team.slug}');"
             f"run,_=kernel.create_run(workspace=ws,user=None,body=json.loads(sys.argv[1]));print(run.pk)"
         )

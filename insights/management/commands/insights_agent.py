@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from insights import search, selectors
 from insights.management.commands.job_search import table
 from runs.kernel import KernelError
-from runs.models import Workspace
+from tenancy.models import Workspace
 
 
 def pct(rate: float | None) -> str:

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from insights import search
 from runs.kernel import KernelError
-from runs.models import Workspace
+from tenancy.models import Workspace
 
 COLUMNS = ("created_at", "workspace", "agent", "version", "kind", "flags", "step", "error_key", "attempts", "run")
 

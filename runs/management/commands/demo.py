@@ -49,8 +49,9 @@ from django.utils import timezone
 from oz0agents.lint import InvalidManifest
 from oz0agents.registry import register
 from runs import kernel
-from runs.models import Membership, Role, Run, RunStatus, Task, Workspace
+from runs.models import Run, RunStatus, Task
 from runs.worker.execution import execute_claimed
+from tenancy.models import Membership, Role, Workspace
 
 WORKSPACE = "demo"
 ROLES = (Role.OPERATOR, Role.READER, Role.VIEWER)

@@ -14,9 +14,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_slug
 from django.db import transaction
 
-from runs import tokens
-from runs.kernel import KernelError
-from runs.models import Membership, Role, Workspace
+from tenancy import tokens
+from tenancy.models import Membership, Role, Workspace
 
 
 def issue_token(
@@ -60,7 +59,7 @@ class Command(BaseCommand):
                 label=options["label"][:100],
                 expires_in_days=options["expires_in"],
             )
-        except KernelError as error:
+        except tokens.TokenRefused as error:
             raise CommandError(error.detail) from None
         notes = [f"user {username}" + (" (created)" if user_created else "")]
         notes.append(f"workspace {options['workspace']}" + (" (created)" if workspace_created else ""))

@@ -6,8 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs import tokens
-from runs.kernel import KernelError
+from tenancy import tokens
 
 
 class Command(BaseCommand):
@@ -21,7 +20,7 @@ class Command(BaseCommand):
         for token_id in options["ids"]:
             try:
                 row = tokens.revoke(token_id=token_id)
-            except KernelError as error:
+            except tokens.TokenRefused as error:
                 failed.append(f"{token_id}: {error.detail}")
                 continue
             self.stdout.write(f"revoked token {row.pk} ({row.label or 'no label'}) of {row.user.username}")

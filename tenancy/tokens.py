@@ -2,7 +2,7 @@
 
 Only a token's SHA-256 is stored, with its first characters as a hint a person recognizes it by;
 the token itself is shown once, when it is issued. A revoked or expired token authenticates
-nobody (`oz0site.auth.token_user`).
+nobody (`token_user`; `oz0site.auth` wires it into the JSON API).
 """
 
 from __future__ import annotations
@@ -17,14 +17,31 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from runs.kernel import Conflict, InvalidRequest, NotFound
-from runs.models import ApiToken
+from tenancy.models import ApiToken
 
 HINT_LENGTH = 6
 LABEL_MAX = 100
 EXPIRES_MAX_DAYS = 3650
 # Live tokens one person may hold: enough for every script, few enough that nobody fills the table.
 LIVE_MAX = 100
+# A token's "last used" is kept to the minute: a client making many requests a second must not
+# pay a write (and its commit) on every one of them.
+LAST_USED_GRAIN = timedelta(minutes=1)
+
+
+class TokenRefused(Exception):
+    """A refused token request, typed like the kernel's refusals (tenancy imports no kernel):
+    `key` as the API's error envelope names it, `detail` for a person, `status` its HTTP status."""
+
+    def __init__(self, key: str, detail: str, *, status: int = 400) -> None:
+        super().__init__(f"{key}: {detail}")
+        self.key = key
+        self.detail = detail
+        self.status = status
+
+
+def _not_found() -> TokenRefused:
+    return TokenRefused("not_found", "no such token", status=404)
 
 
 def token_digest(token: str) -> str:
@@ -43,23 +60,23 @@ def expires_at(days: Any) -> datetime | None:
     try:
         count = int(str(days).strip())
     except ValueError:
-        raise InvalidRequest("invalid_field", "the expiry is a whole number of days") from None
+        raise TokenRefused("invalid_field", "the expiry is a whole number of days") from None
     if not 1 <= count <= EXPIRES_MAX_DAYS:
-        raise InvalidRequest("invalid_field", f"the expiry is from 1 to {EXPIRES_MAX_DAYS} days")
+        raise TokenRefused("invalid_field", f"the expiry is from 1 to {EXPIRES_MAX_DAYS} days")
     return timezone.now() + timedelta(days=count)
 
 
 def issue(*, user: Any, label: Any = "", expires_in_days: Any = None) -> tuple[str, ApiToken]:
     """A new token for `user`: (the token, shown once; its row)."""
     if not isinstance(label, str) or len(label) > LABEL_MAX:
-        raise InvalidRequest("invalid_field", f"the label is text of at most {LABEL_MAX} characters")
+        raise TokenRefused("invalid_field", f"the label is text of at most {LABEL_MAX} characters")
     expiry = expires_at(expires_in_days)
     token = secrets.token_urlsafe(32)
     with transaction.atomic():
         # Serialize one person's issues so the cap holds under concurrent requests.
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
         if live(ApiToken.objects.filter(user_id=user.pk)).count() >= LIVE_MAX:
-            raise Conflict("too_many_tokens", f"you hold {LIVE_MAX} live tokens; revoke one first")
+            raise TokenRefused("too_many_tokens", f"you hold {LIVE_MAX} live tokens; revoke one first", status=409)
         row = ApiToken.objects.create(
             user=user, digest=token_digest(token), hint=token[:HINT_LENGTH], label=label.strip(), expires_at=expiry
         )
@@ -84,15 +101,26 @@ def revoke(*, token_id: Any, user: Any = None) -> ApiToken:
     try:
         pk = int(str(token_id))
     except ValueError:
-        raise NotFound("token") from None
+        raise _not_found() from None
     rows = ApiToken.objects.filter(pk=pk)
     if user is not None:
         rows = rows.filter(user_id=user.pk)
     row = rows.first()
     if row is None:
-        raise NotFound("token")
+        raise _not_found()
     if row.revoked_at is not None:
-        raise Conflict("token_revoked", "the token is already revoked")
+        raise TokenRefused("token_revoked", "the token is already revoked", status=409)
     ApiToken.objects.filter(pk=row.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
     row.refresh_from_db()
     return row
+
+
+def token_user(token: str) -> Any:
+    """The active user a bearer token stands for: never a revoked or expired token's."""
+    now = timezone.now()
+    row = live(ApiToken.objects.select_related("user").filter(digest=token_digest(token)), now).first()
+    if row is None or not row.user.is_active:
+        return None
+    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_GRAIN:
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    return row.user

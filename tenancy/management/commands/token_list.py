@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from runs import tokens
+from tenancy import tokens
 
 
 def _when(moment: Any) -> str:

@@ -2,7 +2,7 @@
 
 Live sockets re-check membership before every push: comparing the stamp costs one Redis read,
 and only a changed stamp costs a database read. Signals bump it on every save and delete of a
-membership or a user (`RunsConfig.ready`).
+membership or a user (`TenancyConfig.ready`).
 
 The stamp is a plain Redis key, read by the consumers with redis' asyncio client on the event
 loop itself: Django's cache answers `aget` through the one thread that every consumer's sync

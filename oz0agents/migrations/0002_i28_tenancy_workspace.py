@@ -1,0 +1,26 @@
+"""Agent.workspace points at `tenancy.Workspace` (the same table, runs_workspace): state only."""
+
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("agents", "0001_initial"),
+        ("tenancy", "0001_initial"),
+    ]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AlterField(
+                    model_name="agent",
+                    name="workspace",
+                    field=models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="agents", to="tenancy.workspace"
+                    ),
+                ),
+            ],
+            database_operations=[],
+        ),
+    ]

@@ -1,0 +1,64 @@
+"""Workspaces, who belongs to them in which role, and people's API tokens.
+
+The bottom of oz0's apps: it imports no other oz0 app, and every other one may import it. The
+tables keep the names they had when `runs` held these models (the move was state-only).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer"
+    READER = "reader"
+    OPERATOR = "operator"
+
+
+class Workspace(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # The bytes of the inputs its people's runs store (the `input_bytes` quota), grown by each
+    # create in the create's own transaction (runs/kernel/intake.py).
+    stored_input_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "runs_workspace"
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+
+    class Meta:
+        db_table = "runs_membership"
+        constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="membership_unique_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.workspace}"
+
+
+class ApiToken(models.Model):
+    """A bearer token; only its SHA-256 is stored, with its first characters as a hint a person
+    can recognize it by. A revoked or expired token authenticates nobody."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=8, blank=True, default="")
+    label = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "runs_apitoken"
+
+    def __str__(self) -> str:
+        return f"token {self.label or self.pk} of {self.user_id}"

@@ -1,0 +1,33 @@
+"""Who may see and do what in a workspace (API.md "Workspaces and roles").
+
+viewer: statuses, kinds, flags, counts. reader: + content. operator: + write standing.
+Non-members see nothing. Whether a reader sees one run's words is the runs app's rule
+(`runs.permissions.can_read_content`, built on `role_of`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenancy.models import Membership, Role
+
+ROLE_RANK = {Role.VIEWER: 1, Role.READER: 2, Role.OPERATOR: 3}
+
+
+def role_of(user: Any, workspace_id: int) -> str | None:
+    if user is None or not user.is_authenticated:
+        return None
+    cache: dict[int, str | None] = user.__dict__.setdefault("_oz0_roles", {})
+    if workspace_id not in cache:
+        cache[workspace_id] = (
+            Membership.objects.filter(user_id=user.pk, workspace_id=workspace_id).values_list("role", flat=True).first()
+        )
+    return cache[workspace_id]
+
+
+def is_member(user: Any, workspace_id: int) -> bool:
+    return role_of(user, workspace_id) is not None
+
+
+def has_write_standing(user: Any, workspace_id: int) -> bool:
+    return role_of(user, workspace_id) == Role.OPERATOR

@@ -268,7 +268,7 @@ def _git_state() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    dirty = git("status", "--porcelain", "--", "runs", "oz0site", "inbox", "insights")
+    dirty = git("status", "--porcelain", "--", "runs", "tenancy", "oz0site", "inbox", "insights")
     return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_app_files": len(dirty.splitlines()) if dirty else 0}
 
 

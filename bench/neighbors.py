@@ -318,7 +318,8 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     from django.conf import settings
     from django.test import Client
 
-    from runs import kernel, tokens
+    from runs import kernel
+    from tenancy import tokens
 
     window = _window(profile)
     quiet, operator = bench_team("quiet")

@@ -8,8 +8,9 @@ from unittest import mock
 
 import pytest
 
-from runs import kernel, permissions, schemas
+from runs import kernel, schemas
 from runs.models import Run, Task
+from tenancy import permissions
 from tests.conftest import Team
 from tests.runs.driver import echo
 

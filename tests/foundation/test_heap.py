@@ -35,7 +35,9 @@ def test_it_collects_startup_garbage_then_freezes_what_lives(thawed: None) -> No
     del garbage
     frozen = freeze_startup_heap()
     assert garbage_ref() is None, "startup's garbage was frozen, not collected"
-    assert frozen == gc.get_freeze_count() > 0
+    # What it froze may die afterwards (another thread of the process, xdist's among them, drops
+    # a reference), never grow: nothing is frozen but by the call.
+    assert 0 < gc.get_freeze_count() <= frozen
     # A frozen object is out of every generation: no collection visits it again.
     assert not any(o is alive for o in gc.get_objects())
     later = Node()

@@ -20,13 +20,17 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from bench.harness import free_port
+from bench.harness import wait_until as bench_wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,23 +39,8 @@ def say(message: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.1, what: str = "a condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"chaos: timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+# The bench's own helpers; a fault stack polls its services less eagerly (every 0.1 s).
+wait_until = partial(bench_wait_until, interval=0.1)
 
 
 @dataclass(frozen=True)

@@ -97,12 +97,17 @@ def workers_held(workspace_id: int) -> int:
     )
 
 
-def _has_room(workspace_id: int, per_workspace: int) -> bool:
-    """A hard cap: claims of one workspace take its share lock in turn, so two cannot both see
-    room for the last slot (the lock is held to the claim's commit)."""
+def _room(workspace_id: int, per_workspace: int) -> int:
+    """How many more workers the workspace may hold. A hard cap: claims of one workspace take its
+    share lock in turn, so two cannot both see room for the last slot (the lock is held to the
+    claim's commit)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SHARE_LOCK, workspace_id])
-    return workers_held(workspace_id) < per_workspace
+    return per_workspace - workers_held(workspace_id)
+
+
+def _has_room(workspace_id: int, per_workspace: int) -> bool:
+    return _room(workspace_id, per_workspace) > 0
 
 
 def send_within_share(run_id: Any, per_workspace: int) -> list[int]:
@@ -117,9 +122,11 @@ def send_within_share(run_id: Any, per_workspace: int) -> list[int]:
     quick = [name for name in tool_names() if (tool := get_tool(name)) is not None and tool.quick]
     with transaction.atomic():
         workspace_id = Run.objects.filter(pk=run_id).values_list("workspace_id", flat=True).first()
-        if workspace_id is None or not _has_room(workspace_id, per_workspace):
+        if workspace_id is None:
             return []
-        room = per_workspace - workers_held(workspace_id)
+        room = _room(workspace_id, per_workspace)
+        if room <= 0:
+            return []
         queued = list(
             Task.objects.filter(
                 status=TaskStatus.WAITING,

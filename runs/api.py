@@ -84,7 +84,7 @@ def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
 )
 @idempotency.idempotent(idempotency.workspace_named)
 def create_run(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
-    """The body's one validator is the kernel's compile (runs.kernel.compile.CREATE_FIELDS), which
+    """The body's one validator is the kernel's compile (runs.kernel.request_shapes.CREATE_FIELDS), which
     also writes the document's schema for it; the route's auth checked standing before the body."""
     workspace = selectors.workspace_for(request.user, ws)
     body = body_of(request)

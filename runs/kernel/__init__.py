@@ -43,17 +43,11 @@ from runs.kernel.candidates import repair_candidates_of
 from runs.kernel.commit import Sender, cancel_child, install_sender, quick_chunks, settle_parent
 from runs.kernel.compile import (
     DELEGATE_TOOLS,
-    MAX_DEPTH,
-    MAX_ENTRIES,
-    MAX_PAYLOAD_BYTES,
-    MAX_TIMEOUT_SECONDS,
     RunRequest,
     TaskSpec,
-    append_body_schema,
     check_storable,
     compile_create,
     compile_tasks,
-    create_body_schema,
     delegate_call_spec,
 )
 from runs.kernel.delegation import words_of
@@ -91,6 +85,14 @@ from runs.kernel.leases import (
     sweep_unserved_calls,
 )
 from runs.kernel.output_schemas import free_text_paths
+from runs.kernel.request_shapes import (
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    MAX_PAYLOAD_BYTES,
+    MAX_TIMEOUT_SECONDS,
+    append_body_schema,
+    create_body_schema,
+)
 from runs.kernel.rounds import (
     round_answered,
     round_ask,

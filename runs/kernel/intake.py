@@ -17,10 +17,11 @@ from django.db.models import F
 
 from runs.kernel.access import actor_name, require_write
 from runs.kernel.commit import commit, locked
-from runs.kernel.compile import APPEND_FIELDS, check_fields, compile_create, compile_tasks, refuse_unknown_fields
+from runs.kernel.compile import compile_create, compile_tasks
 from runs.kernel.errors import Conflict, InvalidRequest, QuotaExceeded
 from runs.kernel.expansion import add_tasks
 from runs.kernel.graph import FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
+from runs.kernel.request_shapes import APPEND_FIELDS, check_fields, refuse_unknown_fields
 from runs.kernel.settling import release_hold
 from runs.kernel.txn import Txn
 from runs.models import RUN_OPEN, Run, RunStatus, Task

@@ -62,7 +62,7 @@ KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset(
         {"graph", "access", "approvals", "guards", "output_schemas"}
     ),  # pure rules, status groups, who acts, approvals, guards, output schemas
-    frozenset({"templates"}),  # flow templates (read with the guards' parser)
+    frozenset({"templates", "request_shapes"}),  # flow templates (read with the guards' parser); the request contract
     frozenset({"compile", "candidates"}),  # a request compiled (no HTTP, no writes); repair candidates
     frozenset({"bulk"}),  # set-based writes of many rows in one statement (unnest), each a compare-and-set
     frozenset({"txn"}),  # Txn: a transaction's changes recorded (compare-and-set moves, the one completion path)

@@ -1,13 +1,21 @@
-"""The console's own routes: API tokens, holds, and one route per verb (each path as before)."""
+"""The console's routes: its pages (runs, inbox, agents and scorecards, holds, audit, tokens,
+settings) and one route per verb (each path as before)."""
 
 from django.urls import path
 
-from console import audit, bulk_repair, holds, tokens, verbs, workspace_settings
+from console import audit, bulk_repair, holds, inbox_pages, insights_pages, run_pages, tokens, verbs, workspace_settings
 
 TASK = "runs/<uuid:run_id>/tasks/<path:key>"
 RUN = "runs/<uuid:run_id>"
 
 urlpatterns = [
+    path("w/<slug:slug>/inbox/", inbox_pages.inbox, name="inbox"),
+    path("w/<slug:slug>/agents/", insights_pages.agents, name="agents"),
+    path("w/<slug:slug>/agents/<str:name>/", insights_pages.scorecard, name="scorecard"),
+    path("", run_pages.home, name="home"),
+    path("w/<slug:slug>/", run_pages.workspace_home, name="workspace"),
+    path("w/<slug:slug>/runs/", run_pages.runs_list, name="runs"),
+    path("runs/<uuid:run_id>/", run_pages.run_detail, name="run"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
     path("w/<slug:slug>/holds/", holds.holds, name="holds"),

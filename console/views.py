@@ -1,7 +1,7 @@
 """What every console page shares: the htmx request type, selector 404s, one URL for page and
 fragment, the live fragment that answers 204 when nothing changed, and the layout's context.
 
-inbox/, insights/ and runs/views.py build their pages on these; this module imports none of them.
+The console's pages (run_pages, inbox_pages, insights_pages, holds, ...) build on these; this module imports none of them.
 """
 
 from __future__ import annotations

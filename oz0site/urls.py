@@ -12,9 +12,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", include("inbox.urls")),
-    path("", include("insights.urls")),
-    path("", include("runs.urls")),
     path("", include("console.urls")),
     path("", include("notify.urls")),
 ]

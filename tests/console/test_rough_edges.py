@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from inbox import views as inbox_views
+from console import inbox_pages as inbox_views
 from oz0agents.models import Agent, AgentVersion
 from runs import kernel
 from runs.models import Run, Task

@@ -17,11 +17,38 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("references", "fan", "chain", "propagate", "inbox", "scorecard", "live", "neighbors", "chaos")
+WORKLOADS = (
+    "references",
+    "fan",
+    "chain",
+    "propagate",
+    "inbox",
+    "scorecard",
+    "metrics",
+    "live",
+    "neighbors",
+    "runpage",
+    "chaos",
+    "hosts",
+)
 # Run first the workloads that must not have workers consuming the bench queue.
-ORDER = ("propagate", "inbox", "scorecard", "references", "fan", "chain", "live", "neighbors", "chaos")
-# Not in the full run: `chaos` breaks a stack of its own for ten minutes (`--only chaos`).
-ON_REQUEST = ("chaos",)
+ORDER = (
+    "propagate",
+    "inbox",
+    "scorecard",
+    "metrics",
+    "references",
+    "fan",
+    "chain",
+    "live",
+    "neighbors",
+    "runpage",
+    "chaos",
+    "hosts",
+)
+# Not in the full run: `chaos` breaks a stack of its own for ten minutes (`--only chaos`); `hosts`
+# needs root for its network namespaces (`--only hosts`); `runpage` needs Chromium.
+ON_REQUEST = ("chaos", "runpage", "hosts")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -55,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     selected = set(args.only or (w for w in WORKLOADS if w not in ON_REQUEST))
     if "fan" in selected:
         selected.discard("references")  # the fan measures the references interleaved with itself
-    if selected == {"chaos"}:
-        return _chaos_only(profile.name)
+    if selected in ({"chaos"}, {"hosts"}):
+        return _own_stack_only(selected.pop(), profile.name)
     env = harness.prepare_environment()
     harness.say(f"bench ({profile.name}): database {harness.database_name(env.database_url)}, queue {env.queue}")
     harness.ensure_database(env.database_url)
@@ -114,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                     sections[name] = inbox.run(profile)
                 elif name == "scorecard":
                     sections[name] = _scorecard(profile)
+                elif name == "metrics":
+                    sections[name] = _metrics(profile)
                 elif name == "live":
                     from bench import live
 
@@ -124,6 +153,14 @@ def main(argv: list[str] | None = None) -> int:
 
                     ensure_workers()
                     sections[name] = neighbors.run(profile, env, procs)
+                elif name == "runpage":
+                    from bench import runpage
+
+                    sections[name] = runpage.run(profile, procs)
+                elif name == "hosts":
+                    from bench import hosts
+
+                    sections[name] = hosts.run(profile.name)
                 elif name == "chaos":
                     from bench import chaos
 
@@ -169,26 +206,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _chaos_only(profile_name: str) -> int:
-    """`--only chaos`: the faults on a stack of its own (its own PostgreSQL and Redis too), so none
-    of the bench's database setup."""
-    from bench import chaos, harness
+def _own_stack_only(name: str, profile_name: str) -> int:
+    """`--only chaos` (the faults) and `--only hosts` (worker hosts in network namespaces): on a
+    stack of their own (their own PostgreSQL and Redis too), so none of the bench's database setup."""
+    from bench import chaos, harness, hosts
 
     started = time.time()
-    section = chaos.run(profile_name)
+    section = chaos.run(profile_name) if name == "chaos" else hosts.run(profile_name)
     data: dict[str, Any] = {
         "profile": profile_name,
-        "command": "./oz0 bench --only chaos" + (" --quick" if profile_name == "quick" else ""),
+        "command": f"./oz0 bench --only {name}" + (" --quick" if profile_name == "quick" else ""),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "seconds": round(time.time() - started, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average": os.getloadavg()},
         "git": _git_state(),
-        "workloads": {"chaos": section.as_json()},
+        "workloads": {name: section.as_json()},
     }
     path = harness.write_results(data)
-    print(harness.table({"chaos": section}))
+    print(harness.table({name: section}))
     for note in section.notes:
-        print(f"note (chaos): {note}")
+        print(f"note ({name}): {note}")
     print(f"\n{data['command']} took {data['seconds']:.0f}s; figures written to {path}")
     return 0
 
@@ -221,6 +258,23 @@ def _scorecard(profile: Any) -> Any:
             )
         return section
     return Section(extra={"result": result}, notes=["bench.scorecard.run returned no figures"])
+
+
+def _metrics(profile: Any) -> Any:
+    from bench import metrics
+    from bench.harness import Section, goal_at_most
+
+    result = metrics.run(profile.name == "quick", tasks=5_000 if profile.name == "tiny" else None)
+    section = Section(
+        figures=dict(result["figures"]),
+        notes=list(result["notes"]),
+        extra={k: v for k, v in result.items() if k not in ("figures", "notes")},
+    )
+    stored = result.get("tasks_stored", 0)
+    section.goals.append(
+        goal_at_most(f"one scrape at {stored:,} tasks stored", result["figures"]["scrape_wall"]["median"], 20, " ms")
+    )
+    return section
 
 
 def _purge(env: Any) -> None:

@@ -309,12 +309,16 @@ class Stack:
             return False
 
     def redis_queue_length(self) -> int:
-        """Messages waiting in the broker for the workers (not yet taken by one)."""
+        """Messages waiting in the broker for the workers (not yet taken by one), in every priority
+        list of the queue: kombu's Redis transport keeps one per step (the queue's name, then the
+        name, its separator and the step, for oz0site.settings' priority_steps 0-9), and a run's
+        calls carry its priority (the settings are not imported here: the driver never imports Django)."""
         import redis
 
         client = redis.Redis.from_url(self.redis.url)
         try:
-            return int(client.llen(self.queue))
+            names = [self.queue, *(f"{self.queue}\x06\x16{step}" for step in range(1, 10))]
+            return sum(int(client.llen(name)) for name in names)
         finally:
             client.close()
 

@@ -247,12 +247,14 @@ class Processes:
         self.probe_dir = logdir / "probe"
         self.probe_dir.mkdir(parents=True, exist_ok=True)
 
-    def spawn(self, name: str, argv: list[str], *, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, argv: list[str], *, extra_env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         self.logdir.mkdir(parents=True, exist_ok=True)
         log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - kept open for the child's life
         proc = subprocess.Popen(
             argv,
-            cwd=ROOT,
+            cwd=cwd or ROOT,
             env={**self.env.child_env, **(extra_env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -293,7 +295,13 @@ class Processes:
                 "-l",
                 "warning",
             ],
-            extra_env={"OZ0_BENCH_PROBE_DIR": str(self.probe_dir), "OZ0_QUEUE": queue, **(extra_env or {})},
+            extra_env={
+                "OZ0_BENCH_PROBE_DIR": str(self.probe_dir),
+                "OZ0_QUEUE": queue,
+                # The workspace share follows the processes really started (half of them).
+                "OZ0_WORKER_CONCURRENCY": str(WORKER_PROCESSES),
+                **(extra_env or {}),
+            },
         )
 
     def celery_beat(self) -> subprocess.Popen[bytes]:
@@ -315,8 +323,11 @@ class Processes:
             ],
         )
 
-    def web_server(self, name: str = "daphne", *, extra_env: dict[str, str] | None = None) -> tuple[int, subprocess.Popen[bytes]]:
-        """daphne serving the project's ASGI app on a free port, as `./oz0 up` serves it; returns once it listens."""
+    def web_server(
+        self, name: str = "daphne", *, extra_env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> tuple[int, subprocess.Popen[bytes]]:
+        """daphne serving the project's ASGI app on a free port, as `./oz0 up` serves it; returns once it listens.
+        `cwd`: another tree of the project to serve (the `runpage` workload's page of before)."""
         port = free_port()
         proc = self.spawn(
             name,
@@ -327,6 +338,7 @@ class Processes:
                 "DB_POOL_SIZE": os.environ.get("OZ0_WEB_DB_POOL_SIZE", "8"),
                 **(extra_env or {}),
             },
+            cwd=cwd,
         )
         wait_until(lambda: self.listening(port), timeout=60, interval=0.1, what=f"{name} to listen")
         return port, proc

@@ -9,13 +9,18 @@
    current exactly as it does for the kernel. The denominators (`insights_rundaily`: runs
    started per agent/version/workspace/day) and repairs (`insights_repairdaily`) are
    loaded straight into their rollups, a year of days each: loading the 10M runs and
-   their traces behind them would take the bench longer than it is worth;
+   their traces behind them would take the bench longer than it is worth. So are a year of
+   model usage (`insights_usagedaily`, two routes) and of run durations (`insights_durationdaily`,
+   eight 10 % bins a day, and `insights_durationweekly`, their weekly sums);
 3. VACUUM ANALYZEs (as autovacuum would soon after), then times `insights.selectors.scorecard_statements` — the very SQL the API
    runs — server-side with EXPLAIN (ANALYZE, TIMING OFF) (planning + execution, summed over
-   the five statements), and wall-clock through psycopg including building the document
+   the scorecard's statements, its top failure groups among them), and wall-clock through psycopg including building the document
    (`build_scorecard`); median, min and max of several repetitions, three shapes (all
    versions; one version; the last 30 days; the last year, whose counts and trend read a
-   year of daily rows). The reference is a plain
+   year of daily rows). Each shape's figure includes the scorecard page's range numbers
+   (`insights.numbers.agent_statements`: runs, failures, usage and durations per version and
+   bucket over the shape's window, else the longest range, 366 days in weeks; reported apart as
+   `scorecard_<shape>_numbers_server`). The reference is a plain
    `SELECT count(*) FROM runs_finding` timed the same way; `ratio` = scorecard / count.
 4. drops the scratch database.
 """
@@ -40,6 +45,9 @@ WORKSPACES = 3
 DAYS = 365
 BATCH = 100_000
 DECLARED = ("not_found", "tracker_busy", "bad_record")
+# Message shapes per agent and kind, skewed so a few groups dominate: each finding's fingerprint
+# is one of them (the trigger then keeps the failure groups, as for the kernel's writes).
+SHAPES = 40
 TARGET_MS = 100.0
 
 
@@ -87,13 +95,15 @@ def _load(conn: Any, findings: int) -> dict[str, float]:
         conn.execute(
             """
             INSERT INTO runs_finding (run_id, workspace_id, agent_name, agent_version, kind, retryable, partial, person,
-                                      declared, step_key, step_kind, error_key, attempts, created_at)
-            SELECT gen_random_uuid(), 1 + (i %% %(ws)s), 'agent-' || lpad(((i / 7) %% %(agents)s)::text, 2, '0'),
-                   1 + ((i / 3) %% %(versions)s), (%(kinds)s::text[])[1 + floor(power(random(), 2) * %(nkinds)s)::int],
+                                      declared, step_key, step_kind, error_key, attempts, created_at, fingerprint)
+            SELECT gen_random_uuid(), 1 + (i %% %(ws)s), agent, 1 + ((i / 3) %% %(versions)s), kind,
                    random() < 0.4, random() < 0.7, random() < 0.2, random() < 0.15,
                    'step-' || (i %% 9), CASE WHEN i %% 4 = 0 THEN 'tool' ELSE 'round' END, 'tool_failed', 1 + (i %% 3),
-                   now() - random() * %(days)s * interval '1 day'
-            FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i
+                   now() - random() * %(days)s * interval '1 day',
+                   left(md5(agent || kind || floor(power(random(), 3) * %(shapes)s)::text), 32)
+            FROM (SELECT i, 'agent-' || lpad(((i / 7) %% %(agents)s)::text, 2, '0') AS agent,
+                         (%(kinds)s::text[])[1 + floor(power(random(), 2) * %(nkinds)s)::int] AS kind
+                  FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i) AS f
             """,
             {
                 "ws": WORKSPACES,
@@ -102,6 +112,7 @@ def _load(conn: Any, findings: int) -> dict[str, float]:
                 "kinds": kinds,
                 "nkinds": len(kinds),
                 "days": DAYS,
+                "shapes": SHAPES,
                 "first": done + 1,
                 "last": done + size,
             },
@@ -129,6 +140,34 @@ def _load(conn: Any, findings: int) -> dict[str, float]:
         """,
         {"agents": AGENTS, "versions": VERSIONS, "ws": WORKSPACES, "days": DAYS},
     )
+    # A manager's numbers (issue 31): a year of model usage (two routes) and of run durations (eight
+    # 10 % bins between 10 s and 2 min) per agent/version/workspace/day, loaded straight into their rollups.
+    conn.execute(
+        """
+        INSERT INTO insights_usagedaily (agent_name, agent_version, workspace_id, route, day, calls, input_tokens, output_tokens)
+        SELECT 'agent-' || lpad(a::text, 2, '0'), v, w, r, current_date - d, c, c * 1800, c * 300
+        FROM generate_series(0, %(agents)s - 1) a, generate_series(1, %(versions)s) v, generate_series(1, %(ws)s) w,
+             unnest(ARRAY['openai:gpt-4o', 'anthropic:claude-sonnet-4-5']) r, generate_series(0, %(days)s - 1) d,
+             LATERAL (SELECT 20 + floor(random() * 80)::int AS c) k
+        """,
+        {"agents": AGENTS, "versions": VERSIONS, "ws": WORKSPACES, "days": DAYS},
+    )
+    conn.execute(
+        """
+        INSERT INTO insights_durationdaily (agent_name, agent_version, workspace_id, day, bin, runs, seconds)
+        SELECT 'agent-' || lpad(a::text, 2, '0'), v, w, current_date - d, 96 + b * 3 + floor(random() * 3)::int, n,
+               n * power(1.1, 96 + b * 3) / 1000
+        FROM generate_series(0, %(agents)s - 1) a, generate_series(1, %(versions)s) v, generate_series(1, %(ws)s) w,
+             generate_series(0, %(days)s - 1) d, generate_series(0, 7) b,
+             LATERAL (SELECT 1 + floor(random() * 8)::int AS n) k
+        """,
+        {"agents": AGENTS, "versions": VERSIONS, "ws": WORKSPACES, "days": DAYS},
+    )
+    conn.execute(
+        "INSERT INTO insights_durationweekly (agent_name, agent_version, workspace_id, week, bin, runs, seconds) "
+        "SELECT agent_name, agent_version, workspace_id, day - (((day - DATE '2000-01-03') % 7 + 7) % 7), bin, sum(runs), "
+        "sum(seconds) FROM insights_durationdaily GROUP BY 1, 2, 3, 4, 5"
+    )
     conn.execute(
         "INSERT INTO insights_runtotal (agent_name, agent_version, workspace_id, started) "
         "SELECT agent_name, agent_version, workspace_id, sum(started) FROM insights_rundaily GROUP BY 1, 2, 3"
@@ -148,12 +187,13 @@ def _load(conn: Any, findings: int) -> dict[str, float]:
 
 
 def _measure(conn: Any, reps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    from insights.numbers import MAX_DAYS, Range, agent_statements, build_agent_numbers
     from insights.selectors import TREND_DAYS, build_scorecard, scorecard_statements
 
     today = datetime.now(UTC).date()
     trend_since = today - timedelta(days=TREND_DAYS - 1)
     workspace_ids = list(range(1, WORKSPACES + 1))
-    shapes = {
+    shapes: dict[str, dict[str, Any]] = {
         "all_versions": {"agent": "agent-17", "version": None, "since": None},
         "one_version": {"agent": "agent-17", "version": 3, "since": None},
         "last_30_days": {"agent": "agent-17", "version": None, "since": trend_since},
@@ -166,19 +206,61 @@ def _measure(conn: Any, reps: int) -> tuple[dict[str, Any], dict[str, Any]]:
         statements = scorecard_statements(
             shape["agent"], shape["version"], shape["since"], None, workspace_ids=workspace_ids, trend_since=shape_trend
         )
+        # The scorecard page's numbers in a range (insights.numbers): the shape's window, else the
+        # longest range the page allows; weekly buckets beyond 45 days, as the page's default.
+        since = shape["since"] or today - timedelta(days=MAX_DAYS - 1)
+        period = Range(since, today, "day" if (today - since).days < 45 else "week", None)
+        numbers = [
+            (f"numbers_{key}", sql, params)
+            for key, sql, params in agent_statements(
+                shape["agent"], period, version=shape["version"], workspace_ids=workspace_ids
+            )
+        ]
+        statements = [*statements, *numbers]
         for sql, params in ((s, p) for _, s, p in statements):  # warm the cache and the plans
             conn.execute(sql, params).fetchall()
-        server, wall = [], []
+        server, wall, groups_server, numbers_server = [], [], [], []
+        per_statement: dict[str, list[float]] = {key: [] for key, _, _ in statements}
         card: dict[str, Any] = {}
         for _ in range(reps):
-            server.append(sum(_server_ms(conn, sql, params) for _, sql, params in statements))
+            each = {key: _server_ms(conn, sql, params) for key, sql, params in statements}
+            for key, ms in each.items():
+                per_statement[key].append(ms)
+            server.append(sum(each.values()))
+            groups_server.append(each["top_groups"])
+            numbers_server.append(sum(ms for key, ms in each.items() if key.startswith("numbers_")))
             started = time.perf_counter()
             results = {key: conn.execute(sql, params).fetchall() for key, sql, params in statements}
             card = build_scorecard(shape["agent"], shape["version"], shape["since"], None, shape_trend, results, {})
+            ranged = build_agent_numbers(
+                period, {key[len("numbers_") :]: rows for key, rows in results.items() if key.startswith("numbers_")}
+            )
             wall.append((time.perf_counter() - started) * 1000)
         figures[f"scorecard_{name}_server"] = _summary(server)
         figures[f"scorecard_{name}_wall"] = _summary(wall)
-        checks[name] = {"runs": card.get("runs"), "failed": card.get("failed"), "kinds": len(card.get("by_kind", []))}
+        figures[f"scorecard_{name}_top_groups_server"] = _summary(groups_server)  # part of the server figure
+        figures[f"scorecard_{name}_numbers_server"] = _summary(numbers_server)  # part of the server figure
+        # Where the time goes: each statement's median (parts of the server figure), and the plan
+        # of the slowest one with its buffers (evidence for the next index or rollup).
+        medians = {key: round(statistics.median(values), 3) for key, values in per_statement.items()}
+        slowest = max(medians, key=lambda key: medians[key])
+        sql, params = next((s, p) for k, s, p in statements if k == slowest)
+        plan = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params).fetchall()
+        checks[name] = {
+            "runs": card.get("runs"),
+            "failed": card.get("failed"),
+            "kinds": len(card.get("by_kind", [])),
+            "groups": len(card.get("groups", [])),
+            "range_days": period.days,
+            "range_buckets": len(ranged["trend"]),
+            "range_runs": ranged["runs"],
+            "range_p50_s": ranged["p50"],
+            "range_p95_s": ranged["p95"],
+            "range_cost_usd": ranged["cost_usd"],
+            "statement_median_ms": medians,
+            "slowest_statement": slowest,
+            "slowest_plan": [row[0] for row in plan],
+        }
     count_server = []
     for _ in range(reps):
         count_server.append(_server_ms(conn, "SELECT count(*) FROM runs_finding", []))
@@ -201,8 +283,9 @@ def _trigger_overhead(conn: Any, n: int) -> dict[str, Any]:
     and a trace event that is not a repair) and the part of it spent in the insights triggers."""
     finding_sql = (
         "INSERT INTO runs_finding (run_id, workspace_id, agent_name, agent_version, kind, retryable, partial, person, declared, "
-        "step_key, step_kind, error_key, attempts, created_at) "
-        "VALUES (gen_random_uuid(), 1, 'agent-99', 1, 'timeout', true, true, false, false, 'r1', 'round', '', 1, now())"
+        "step_key, step_kind, error_key, attempts, created_at, fingerprint) "
+        "VALUES (gen_random_uuid(), 1, 'agent-99', 1, 'timeout', true, true, false, false, 'r1', 'round', '', 1, now(), "
+        "'0123456789abcdef0123456789abcdef')"
     )
     workspace = conn.execute(
         "INSERT INTO runs_workspace (slug, name, created_at) VALUES ('bench-trigger', '', now()) RETURNING id"
@@ -265,6 +348,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                 "SELECT count(*), (SELECT sum(failed) FROM insights_failuredaily), (SELECT sum(failed) FROM insights_failuretotal) FROM runs_finding"
             ).fetchone()
             rollup_rows = conn.execute("SELECT count(*) FROM insights_failuredaily").fetchone()[0]
+            group_rows = conn.execute("SELECT count(*), coalesce(sum(failed), 0) FROM insights_failuregroup").fetchone() or (0, 0)
             figures, checks = _measure(conn, reps)
             try:
                 overhead: dict[str, Any] = _trigger_overhead(conn, 500 if quick else 2000)
@@ -284,6 +368,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "days": DAYS,
         "rollup_rows": rollup_rows,
         "rollup_matches_findings": counted[0] == counted[1] == counted[2],
+        "failure_groups": group_rows[0],
+        "groups_match_findings": group_rows[1] == counted[0],
         "checks": checks,
         "trigger_overhead_per_insert": overhead,
         "migrate_s": migrate_s,
@@ -296,7 +382,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "notes": [
             f"{findings:,} findings loaded through runs_finding (the trigger kept the daily and total rollups: sums match = {counted[0] == counted[1] == counted[2]})",
             "run counts and repairs were loaded straight into their rollups (a year of days per agent/version/workspace)",
-            "server time = EXPLAIN ANALYZE planning + execution summed over the scorecard's five statements",
+            "server time = EXPLAIN ANALYZE planning + execution summed over the scorecard's statements (five rollup reads and its top failure groups)",
+            "and the range numbers (insights.numbers: runs, failures, usage and durations per version and bucket; "
+            "the shape's window, else 366 days in weeks), loaded as a year of daily usage and duration-bin rows",
         ],
     }
 

@@ -23,14 +23,15 @@ from django.views.decorators.http import require_POST
 
 from console.views import HtmxHttpRequest, not_found_as_404, workspace_context
 from runs import kernel, selectors
-from runs.holds import BULK_CAP, HoldFilter, parse_hold_filter, select_held_runs
+from runs.holds import BULK_CAP, HoldFilter, parse_hold_filter, select_held_runs, whose
 from runs.repair import CHUNK, VERBS, repair_runs
 from tenancy.models import Workspace
 from tenancy.permissions import has_write_standing
 
 
-def filter_from_form(data: QueryDict, workspace: Workspace) -> HoldFilter:
-    """The panel's fields as the API's filter: blank fields are absent, numbers are read as numbers."""
+def filter_from_form(data: QueryDict, workspace: Workspace, user: Any) -> HoldFilter:
+    """The panel's fields as the API's filter: blank fields are absent, numbers are read as numbers;
+    "created by me" is the signed-in person (the form names no one)."""
     body: dict[str, Any] = {}
     for name in ("agent", "kind", "error_key"):
         if data.get(name, "").strip():
@@ -44,13 +45,18 @@ def filter_from_form(data: QueryDict, workspace: Workspace) -> HoldFilter:
         body["runs"] = runs
     if data.get("all"):
         body["all"] = True
-    return parse_hold_filter(body, workspace)
+    if data.get("mine"):
+        body["mine"] = True
+    return parse_hold_filter(body, workspace, user)
+
+
+VERB_WORDS = {"retry": "Retry", "abandon": "Abandon", "abandon_and_cancel": "Abandon and cancel"}
 
 
 def verb_of(data: QueryDict) -> str:
     verb = data.get("verb", "")
     if verb not in VERBS:
-        raise kernel.InvalidRequest("invalid_verb", "verb must be retry or abandon")
+        raise kernel.InvalidRequest("invalid_verb", "verb must be retry, abandon or abandon_and_cancel")
     return verb
 
 
@@ -63,7 +69,7 @@ def operator_panel(view: Any) -> Any:
         if not has_write_standing(request.user, workspace.pk):
             return render(request, "console/_bulk_error.html", {"error": "Bulk repair needs the operator role."}, status=403)
         try:
-            return view(request, workspace, verb_of(request.POST), filter_from_form(request.POST, workspace))
+            return view(request, workspace, verb_of(request.POST), filter_from_form(request.POST, workspace, request.user))
         except kernel.InvalidRequest as error:
             context = {"error": error.detail or error.key, "error_key": error.key}
             if request.htmx:
@@ -77,22 +83,28 @@ def operator_panel(view: Any) -> Any:
 
 @operator_panel
 def bulk_preview(request: HtmxHttpRequest, workspace: Workspace, verb: str, hold_filter: HoldFilter) -> HttpResponse:
-    """How many held runs the selection repairs and which: the confirmation names exactly these."""
-    chosen, more = select_held_runs(workspace, hold_filter)
+    """How many held runs the selection repairs and which, whose they are (how many are other
+    people's, how many private), each a ticked box: the confirmation repairs the ticked ones only."""
+    chosen, more = select_held_runs(workspace, hold_filter, user=request.user)
     count = len(chosen)
     plural = "" if count == 1 else "s"
     described = hold_filter.describe()
-    sentence = f"{verb.capitalize()} {count} held run{plural}{' ' + described if described else ''}"
+    sentence = f"{VERB_WORDS[verb]} {count} held run{plural}{' ' + described if described else ''}"
+    # Runs whose deliverable needs what an abandon gives up stay held after it: said before the click.
+    stranded = sum(1 for item in chosen if item["strands_deliverable"]) if verb == "abandon" else 0
     context = {
         "workspace": workspace,
         "verb": verb,
+        "verb_word": VERB_WORDS[verb],
         "chosen": chosen,
         "count": count,
         "more": more,
         "cap": BULK_CAP,
         "sentence": sentence,
+        "stranded": stranded,
         "fields": [(name, value) for name, value in hold_filter.as_fields() if name != "runs"],
         "total": count,
+        "whose": whose(chosen),
     }
     template = "console/_bulk_preview.html"
     if request.htmx:
@@ -104,11 +116,12 @@ def bulk_preview(request: HtmxHttpRequest, workspace: Workspace, verb: str, hold
 
 @operator_panel
 def bulk_apply(request: HtmxHttpRequest, workspace: Workspace, verb: str, hold_filter: HoldFilter) -> HttpResponse:
-    """Repair the confirmed runs: a chunk at a time for htmx (the answer fetches the next), all at once without."""
-    if hold_filter.runs is None:  # a filter without the preview's ids: what it selects now
-        run_ids: list[Any] = [item["run"] for item in select_held_runs(workspace, hold_filter)[0]]
-    else:
-        run_ids = list(hold_filter.runs)
+    """Repair the ticked runs: a chunk at a time for htmx (the answer fetches the next), all at once
+    without. Only runs the form names: a filter alone would repair what it matches now, which the
+    person never saw. Each id is checked again, under its row lock, against the filter (runs/repair.py)."""
+    if hold_filter.runs is None:
+        raise kernel.InvalidRequest("no_runs_ticked", "tick at least one run of the preview to repair")
+    run_ids = list(hold_filter.runs)
     chunk = run_ids[:CHUNK] if request.htmx else run_ids
     rest = run_ids[len(chunk) :]
     results = repair_runs(workspace, request.user, verb, hold_filter, chunk)

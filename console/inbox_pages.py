@@ -11,6 +11,7 @@ from django.template.loader import render_to_string
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
 
+from console.approvals import decided_meanwhile
 from console.views import (
     HtmxHttpRequest,
     fingerprint,
@@ -64,7 +65,12 @@ def inbox(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "more": False,
         "shown": len(page["items"]),
         "agents": selectors.inbox_agents(workspace),
-        "counts": selectors.inbox_counts(workspace),
+        "counts": selectors.inbox_counts(workspace, agent),
+        # What the person was typing into and is gone now: who decided it meanwhile.
+        "meanwhile": [
+            {"run": run_id, "task": key, "detail": decided_meanwhile(run_id, key)}
+            for run_id, key in selectors.drafts_gone(workspace, request.GET.getlist("draft"), page["items"])
+        ],
     }
     return live_fragment(request, "inbox/inbox.html", "inbox/_items.html", context, state={"shown": context["shown"]})
 
@@ -94,7 +100,7 @@ def more_items(
             "more": False,
             "shown": len(whole["items"]),
             "agents": selectors.inbox_agents(workspace),
-            "counts": selectors.inbox_counts(workspace),
+            "counts": selectors.inbox_counts(workspace, context["agent"] or None),
         },
         request=request,
     )

@@ -1,17 +1,22 @@
-"""The scorecard page: how an agent fails, per version and over time, and the findings search."""
+"""The scorecard page: how an agent fails, per version and over time, its top failure groups and
+the findings search scoped to it; a failure group's page, where an operator marks it resolved."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
-from django.views.decorators.http import require_GET
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
+from console.rollouts import rollouts_context
 from console.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, workspace_context
-from insights import overview, search, selectors
+from insights import groups, overview, search, selectors
+from insights.templatetags.insights_numbers import agents_numbers, scorecard_numbers
 from runs import selectors as run_selectors
-from runs.kernel import InvalidRequest
+from runs.kernel import Forbidden, InvalidRequest
 
 CHART_VERSIONS = 5
 TIMELINE_VERSIONS, TIMELINE_KINDS = 8, 6
@@ -24,12 +29,12 @@ CHART_W, CHART_H, CHART_PAD_L, CHART_PAD_B, CHART_PAD_T = 640, 220, 44, 26, 12
 @not_found_as_404
 def scorecard(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
     workspace = run_selectors.workspace_for(request.user, slug)
-    query = request.GET.get("q", f"agent:{name}").strip()
+    query = request.GET.get("q", "").strip()
     findings: dict[str, Any] = {"items": [], "next": None}
     query_error = None
     try:
         findings = search.search_findings(
-            request.user, query, cursor=request.GET.get("cursor") or None, limit=25, workspace=workspace.slug
+            request.user, query, cursor=request.GET.get("cursor") or None, limit=25, workspace=workspace.slug, agent=name
         )
     except InvalidRequest as error:
         query_error = error.detail
@@ -48,6 +53,7 @@ def scorecard(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
         trend = selectors.scorecard(name, version=row["version"], workspace_ids=[workspace.pk])["trend"]
         series.append({"label": f"v{row['version']}", "points": [(p["day"], p["rate"], p["runs"]) for p in trend]})
     context |= {"card": card, "chart": rate_chart(series), "timeline": kind_timeline(card["versions"])}
+    context["n"] = scorecard_numbers({"request": request, "workspace": workspace, "agent": name})
     return fragment_or_page(request, "insights/scorecard.html", "insights/_findings.html", context)
 
 
@@ -55,17 +61,58 @@ def scorecard(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
 @login_required
 @not_found_as_404
 def agents(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    """Every agent of the workspace, its last 30 days per version; `?sort=` from a whitelist."""
+    """Every agent of the workspace in the request's range (insights.numbers), ranked; `?sort=` from a whitelist."""
     workspace = run_selectors.workspace_for(request.user, slug)
-    sort = overview.sort_key(request.GET.get("sort"))
-    context = workspace_context(request, workspace, "agents") | {
-        "agents": overview.agents_overview(workspace, sort=sort),
-        "sort": sort,
-        "sort_columns": overview.SORT_COLUMNS,
-        "window_days": overview.WINDOW_DAYS,
-        "since": overview.window_start(),
-    }
+    context = workspace_context(request, workspace, "agents")
+    # The range's numbers once, here; the templates compute them only when a page is drawn without this view.
+    context |= {"n": agents_numbers({"request": request, "workspace": workspace}), "sort_columns": overview.SORT_COLUMNS}
+    context |= rollouts_context(request.user, workspace)
     return fragment_or_page(request, "insights/agents.html", "insights/_agents.html", context)
+
+
+def _group_in(request: HtmxHttpRequest, slug: str, group_id: int) -> tuple[Any, dict[str, Any]]:
+    """The workspace and the group's document; a group of another workspace is this one's 404."""
+    workspace = run_selectors.workspace_for(request.user, slug)
+    group = groups.group_detail(request.user, group_id)
+    if group["workspace"] != workspace.slug:
+        raise Http404("group")
+    return workspace, group
+
+
+@require_GET
+@login_required
+@not_found_as_404
+def group(request: HtmxHttpRequest, slug: str, group_id: int) -> HttpResponse:
+    """A failure group: counts and versions for every member, its shape for who may read its runs."""
+    workspace, detail = _group_in(request, slug, group_id)
+    context = workspace_context(request, workspace, "agents") | {"group": detail, "error": None}
+    return fragment_or_page(request, "insights/group.html", "insights/_group_status.html", context)
+
+
+@require_POST
+@login_required
+@not_found_as_404
+def group_resolve(request: HtmxHttpRequest, slug: str, group_id: int) -> HttpResponse:
+    """Mark resolved in the version the form names; the `reopen` button clears it."""
+    workspace, detail = _group_in(request, slug, group_id)
+    text = request.POST.get("version", "").strip()
+    reopen = "reopen" in request.POST
+    try:
+        if not reopen and not (text.isdigit() and len(text) <= 10):
+            raise InvalidRequest("invalid_version", "give the version number the group is fixed in")
+        detail = groups.resolve(request.user, group_id, None if reopen else int(text))
+    except Forbidden as error:
+        return render(request, "insights/_group_status.html", _status(request, workspace, detail, error.detail), status=403)
+    except InvalidRequest as error:
+        return render(request, "insights/_group_status.html", _status(request, workspace, detail, error.detail), status=400)
+    if request.htmx:
+        return render(request, "insights/_group_status.html", _status(request, workspace, detail, None))
+    messages.success(request, "Reopened." if reopen else f"Marked resolved in v{detail['resolved_in_version']}.")
+    return redirect("group", slug=workspace.slug, group_id=group_id)
+
+
+def _status(request: HtmxHttpRequest, workspace: Any, detail: dict[str, Any], error: str | None) -> dict[str, Any]:
+    return workspace_context(request, workspace, "agents") | {"group": detail, "error": error}
 
 
 def kind_timeline(versions: list[dict[str, Any]]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ PAST_TENSE = {
     "deny": "denied",
     "retry": "retried",
     "abandon": "abandoned",
+    "abandon_and_cancel": "abandoned and canceled",
     "compact": "compacted",
     "cancel": "canceled",
     "answer": "answered",
@@ -48,6 +49,13 @@ REFUSAL_TITLES = {
     "not_paused": "Not paused",
     "approval_stale": "The call changed",
     "nonreplayable_calls_made": "Confirm the calls it already made",
+    "effects_unconfirmed": "Confirm the effects",
+    "edit_denied_by_rule": "A rule denies the edited call",
+    "edit_changes_replayability": "Not an edit we can approve",
+    "not_editable": "Not editable",
+    "invalid_args": "Not valid arguments",
+    "invalid_json": "Not valid JSON",
+    "payload_too_large": "Too large",
 }
 
 Verb = Callable[..., HttpResponse]
@@ -98,7 +106,9 @@ def not_found(request: HtmxHttpRequest, run: Run | None, key: str | None) -> Htt
 def approve(request: HtmxHttpRequest, run: Run, key: str) -> HttpResponse:
     # The digest of the arguments the page showed (a hidden field): a call changed since is refused.
     digest = request.POST.get("digest") or None
-    kernel.approve(run_id=run.pk, key=key, user=request.user, digest=digest)
+    # A call that is not replayable has effects: the card asks the person to confirm them.
+    confirmed = request.POST.get("confirm_effects") == "1"
+    kernel.approve(run_id=run.pk, key=key, user=request.user, digest=digest, confirm_effects=confirmed)
     return done(request, run, "Approved", f"{key} may run now, with exactly the arguments you saw.")
 
 
@@ -126,6 +136,12 @@ def retry(request: HtmxHttpRequest, run: Run, key: str) -> HttpResponse:
 def abandon(request: HtmxHttpRequest, run: Run, key: str) -> HttpResponse:
     kernel.abandon(run_id=run.pk, key=key, user=request.user)
     return done(request, run, "Abandoned", f"{key} is settled as abandoned; its dependents are skipped.")
+
+
+@acting
+def abandon_and_cancel(request: HtmxHttpRequest, run: Run, key: str) -> HttpResponse:
+    kernel.abandon(run_id=run.pk, key=key, user=request.user, cancel_run=True)
+    return done(request, run, "Abandoned and canceled", f"{key} is settled as abandoned and the run is canceled.")
 
 
 @acting
@@ -193,9 +209,23 @@ def back(request: HttpRequest, run: Run) -> str:
     return reverse("run", args=[run.pk])
 
 
+DECISION_VIEWS = frozenset({"task_approve", "task_approve_edited", "task_deny", "task_answer"})
+
+
 def refused(request: HtmxHttpRequest, run: Run, key: str | None, error: kernel.KernelError) -> HttpResponse:
     """Tell the person what happened instead of the error: who decided, and what the task is now."""
-    if isinstance(error, kernel.Conflict) and error.key == "not_pending" and key:
+    # A decision that lost to another whose run has since finished lost a race; the run closing
+    # after it is not the news.
+    deciding = request.resolver_match is not None and request.resolver_match.url_name in DECISION_VIEWS
+    lost_race = isinstance(error, kernel.Conflict) and (
+        error.key == "not_pending"
+        or (
+            deciding
+            and error.key == "run_finished"
+            and TraceEvent.objects.filter(run_id=run.pk, task_key=key, event="verb").exists()
+        )
+    )
+    if lost_race and key:
         decision = last_decision(run, key)
         who = f" by {decision['actor']}" if decision["actor"] else ""
         verb = PAST_TENSE.get(decision["verb"] or "", decision["verb"] or "decided")
@@ -206,11 +236,12 @@ def refused(request: HtmxHttpRequest, run: Run, key: str | None, error: kernel.K
     return outcome(request, run, ok=False, title=title, detail=error.detail or error.key)
 
 
-def last_decision(run: Run, key: str) -> dict[str, Any]:
-    """Who last acted on a task and how (what a person who lost a race is told)."""
-    events = TraceEvent.objects.filter(run=run, task_key=key).order_by("-seq")
+def last_decision(run: Run | str, key: str) -> dict[str, Any]:
+    """Who last acted on a task and how (what a person who lost a race is told); `run` or its id."""
+    run_id = run.pk if isinstance(run, Run) else run
+    events = TraceEvent.objects.filter(run_id=run_id, task_key=key).order_by("-seq")
     event = events.filter(event="verb").first() or events.exclude(actor__in=("", "worker", "model", "kernel")).first()
-    task = Task.objects.filter(run=run, key=key).only("status").first()
+    task = Task.objects.filter(run_id=run_id, key=key).only("status").first()
     return {
         "verb": ((event.data or {}).get("verb") or event.to_status) if event else None,
         "actor": event.actor if event else "",

@@ -102,7 +102,10 @@ def toast(request: HttpRequest, *, ok: bool, title: str, detail: str, run: Any =
     #toasts as its target and makes a toast of any other error."""
     context = {"ok": ok, "title": title, "detail": detail, "run": run}
     response = render(request, "console/_toast.html", context, status=status)
-    response["HX-Retarget"] = "#toasts"
+    if request.headers.get("HX-Target") != "toasts":
+        # Only when the form aimed elsewhere: htmx resolves a retarget from the form, and a form
+        # the live list removed while its answer was on the way finds no #toasts from there.
+        response["HX-Retarget"] = "#toasts"
     response["HX-Reswap"] = "afterbegin"
     return response
 

@@ -37,7 +37,27 @@ class InboxItem(Schema):
     # The digest (SHA-256 of tool + args) an approval of exactly these args is bound to: send it back
     # with the approve, and a call that changed since is refused (409 approval_stale).
     digest: str | None = None
+    # An approval's context (issue 30): the run's agent version; whether the tool may run again blind
+    # (false: the call has effects); a framework's own tool; the words the model said beside the
+    # call (content readers only, left out for the others; null when it said none); how many
+    # pending calls the caller may approve share this digest (actionable items only; see identical_capped).
+    agent_version: int | None = None
+    replayable: bool | None = None
+    native: bool | None = None
+    model_message: str | None = None
+    identical: int | None = None
+    # True when `identical` counted only the oldest pending calls (a lower bound: a huge inbox).
+    identical_capped: bool | None = None
+    # When the words are hidden because the run is someone else's private run: its creator's
+    # username (left out when the caller's role is why, or when they may read them).
+    private_of: str | None = None
+    # When the words are hidden by a wall around the run's agent (F11): that agent.
+    walled: str | None = None
     reason: str | None = None
+    # A hold's first blocked failure: its error key for everyone, its detail (the run's words)
+    # only for content readers (F11, F12), and the failure kind the key maps to.
+    error: dict[str, Any] | None = None
+    failure_kind: str | None = None
     blocked_task_keys: list[str] | None = None
     kinds: list[str] | None = None
     # A held child run's parent run, which waits on it (F14).
@@ -57,7 +77,7 @@ InboxPage = Page[InboxItem]
 def inbox(
     request: HttpRequest,
     workspace: str | None = Query(None, **SLUG_QUERY),
-    kind: Literal["approval", "question", "hold"] | None = None,
+    kind: Literal["approval", "question", "client_await", "hold"] | None = None,
     agent: str | None = Query(None, **TEXT_QUERY),
     cursor: str | None = None,
     limit: int = 50,

@@ -8,6 +8,7 @@ page (console/holds.py), which shows what a repairer needs.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,14 +16,21 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from runs import kernel
-from runs.models import Run, RunStatus, Task, TaskStatus
-from runs.permissions import can_read_content
+from inbox import approvals
+from runs import failures, kernel
+from runs.models import Run, RunStatus, Task, TaskKind, TaskStatus
+from runs.permissions import behind_a_wall, can_read_content
 from runs.selectors import encode_cursor, invalid_cursor, keyset_position, uuid_or_invalid_cursor
 from tenancy.models import Membership, Workspace
 from tenancy.permissions import has_write_standing
 
-KINDS = ("approval", "question", "hold")
+KINDS = ("approval", "question", "client_await", "hold")
+# What waits on the person reading the inbox (the page title's count): a client's await waits on
+# its client, which answers it with its token; the inbox shows it read-only.
+PENDING_KINDS = ("approval", "question", "hold")
+
+# A client's await: its token rode out in a receipt (S8), so its client answers it, not a person here.
+CLIENT_AWAIT = Q(kind=TaskKind.AWAIT, status=TaskStatus.DISPATCHED, resolution_token__isnull=False)
 
 
 def member_workspace_ids(user: Any, workspace: str | None = None) -> list[int]:
@@ -69,6 +77,8 @@ def inbox_items(
     after_since, after_prefix, after_id = _position(cursor)
     now = timezone.now()
     items: list[dict[str, Any]] = []
+    shown: dict[str, Task] = {}
+    held: dict[str, Run] = {}
 
     # One query per waiting status (an IN over both would sort them all), each walking an
     # index in order and stopping after the page. An approval's wait is its park clock: the
@@ -76,15 +86,18 @@ def inbox_items(
     # index) is wait order and the wait began one park length before it. A question is
     # ordered by when the model asked (the kernel stamps no queued_at on a task that parks
     # in the transaction that made it ready).
+    # A client's await (issue 30.6) is ordered by when its run made it: its token rode out in that
+    # receipt, and it waits on its client from then on.
     park = timedelta(seconds=float(settings.OZ0_APPROVAL_PARK_SECONDS))
-    for wanted, status, clock, shift in (
-        ("approval", TaskStatus.NEEDS_APPROVAL, "deadline_at", park),
-        ("question", TaskStatus.AWAITING_INPUT, "created_at", timedelta(0)),
+    for wanted, waiting, clock, shift in (
+        ("approval", Q(status=TaskStatus.NEEDS_APPROVAL, composed=True), "deadline_at", park),
+        ("question", Q(status=TaskStatus.AWAITING_INPUT, composed=True), "created_at", timedelta(0)),
+        ("client_await", CLIENT_AWAIT, "created_at", timedelta(0)),
     ):
         if wanted not in kinds or not workspace_ids:
             continue
-        tasks = Task.objects.filter(status=status, composed=True, run__workspace_id__in=workspace_ids).select_related(
-            "run", "run__workspace"
+        tasks = Task.objects.filter(waiting, run__workspace_id__in=workspace_ids).select_related(
+            "run", "run__workspace", "run__agent_version", "run__created_by"
         )
         if clock == "deadline_at":
             tasks = tasks.filter(deadline_at__isnull=False)
@@ -99,9 +112,12 @@ def inbox_items(
             tasks = tasks.filter(Q(**{f"{clock}__gt": at}) | same)
         for task in tasks.order_by(clock, "pk")[: limit + 1]:
             items.append(_task_item(user, task, now, getattr(task, clock) - shift))
+            shown[items[-1]["id"]] = task
 
     if "hold" in kinds and workspace_ids:
-        runs = Run.objects.filter(status=RunStatus.NEEDS_ATTENTION, workspace_id__in=workspace_ids).select_related("workspace")
+        runs = Run.objects.filter(status=RunStatus.NEEDS_ATTENTION, workspace_id__in=workspace_ids).select_related(
+            "workspace", "created_by"
+        )
         if agent:
             runs = runs.filter(agent_name=agent)
         if after_since is not None:
@@ -109,10 +125,13 @@ def inbox_items(
             runs = runs.filter(Q(held_since__gt=after_since) | same)
         for run in runs.order_by("held_since", "id")[: limit + 1]:
             items.append(_hold_item(user, run, now))
+            held[items[-1]["id"]] = run
 
     items.sort(key=_sort_key)
     more = len(items) > limit
     page = items[:limit]
+    approvals.add_context(user, page, shown)
+    _add_hold_failures(user, page, held)
     next_cursor = encode_cursor([page[-1]["since"], page[-1]["id"]]) if more and page else None
     return {"items": page, "next": next_cursor}
 
@@ -122,13 +141,24 @@ def waiting_items(user: Any, run: Run) -> list[dict[str, Any]]:
     park = timedelta(seconds=float(settings.OZ0_APPROVAL_PARK_SECONDS))
     now = timezone.now()
     items = []
-    tasks = Task.objects.filter(run=run, status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT))
+    shown: dict[str, Task] = {}
+    # A client's await (its token was given to the client) waits too: shown, read-only, with its question.
+    tasks = Task.objects.filter(Q(status__in=(TaskStatus.NEEDS_APPROVAL, TaskStatus.AWAITING_INPUT)) | CLIENT_AWAIT, run=run)
     for task in tasks.order_by("position"):
         task.run = run
         # An approval waits from when it parked, one park length before its deadline.
         parked_at = task.deadline_at - park if task.deadline_at and task.status == TaskStatus.NEEDS_APPROVAL else None
         items.append(_task_item(user, task, now, parked_at or task.created_at))
+        shown[items[-1]["id"]] = task
+    approvals.add_context(user, items, shown)
     return items
+
+
+WAITING_KINDS: dict[str, str] = {
+    TaskStatus.NEEDS_APPROVAL: "approval",
+    TaskStatus.AWAITING_INPUT: "question",
+    TaskStatus.DISPATCHED: "client_await",
+}
 
 
 def _task_item(user: Any, task: Task, now: datetime, since: datetime) -> dict[str, Any]:
@@ -136,11 +166,12 @@ def _task_item(user: Any, task: Task, now: datetime, since: datetime) -> dict[st
     content = can_read_content(user, run)
     item: dict[str, Any] = {
         "id": f"task:{task.pk}",
-        "kind": "approval" if task.status == TaskStatus.NEEDS_APPROVAL else "question",
+        "kind": WAITING_KINDS.get(str(task.status), "question"),
         "run": str(run.id),
         "workspace": run.workspace.slug,
         "task": task.key,
         "agent": run.agent_name or None,
+        "agent_version": run.agent_version.version if run.agent_version_id else None,  # type: ignore[union-attr]
         "since": since.isoformat(),
         "waited_seconds": max(0, int((now - since).total_seconds())),
         "deadline": task.deadline_at.isoformat() if task.deadline_at else None,
@@ -151,6 +182,13 @@ def _task_item(user: Any, task: Task, now: datetime, since: datetime) -> dict[st
         # else's private run is never decided blind.
         "actionable": content and has_write_standing(user, run.workspace_id),
     }
+    if item["kind"] == "client_await":
+        item["actionable"] = False  # its client answers it, with the token it holds (S8)
+    if not content and run.private:
+        # Someone else's private run, told apart from a role that reads no words (issue 30.8).
+        item["private_of"] = private_owner(run)
+    if not content and behind_a_wall(user, run):
+        item["walled"] = run.agent_name
     if content:
         item["args"] = task.spec.get("args")
         item["question"] = task.spec.get("question")
@@ -159,6 +197,12 @@ def _task_item(user: Any, task: Task, now: datetime, since: datetime) -> dict[st
             # and a call that changed meanwhile is refused (approval_stale) rather than approved.
             item["digest"] = kernel.spec_digest(task.spec)
     return item
+
+
+def private_owner(run: Run) -> str:
+    """Whose private run this is: its creator's username ("its creator" once they are gone)."""
+    creator = run.created_by if run.created_by_id else None
+    return creator.username if creator is not None else "its creator"
 
 
 def _hold_item(user: Any, run: Run, now: datetime) -> dict[str, Any]:
@@ -181,6 +225,33 @@ def _hold_item(user: Any, run: Run, now: datetime) -> dict[str, Any]:
     }
 
 
+def _add_hold_failures(user: Any, items: list[dict[str, Any]], held: dict[str, Run]) -> None:
+    """Each hold item's first blocked failure (one query): its error key and kind for everyone,
+    its message only for those who may read the run's words (F11, F12)."""
+    wanted = [(item, held[item["id"]]) for item in items if item["kind"] == "hold" and item.get("task")]
+    if not wanted:
+        return
+    where = Q()
+    for item, run in wanted:
+        where |= Q(run_id=run.pk, key=item["task"])
+    failed = {
+        (str(t.run_id), t.key): t for t in Task.objects.filter(where).only("run_id", "key", "status", "error_key", "error_detail")
+    }
+    for item, run in wanted:
+        content = can_read_content(user, run)
+        item["content_visible"] = content
+        if not content and run.private:
+            item["private_of"] = private_owner(run)
+        if not content and behind_a_wall(user, run):
+            item["walled"] = run.agent_name
+        task = failed.get((str(run.pk), item["task"]))
+        if task is None or not task.error_key:
+            continue
+        failure = failures.task_failure(task.status, task.error_key, task.error_detail, content=content)
+        item["error"] = {"key": task.error_key, "detail": task.error_detail if content else None}
+        item["failure_kind"] = (failure or {}).get("kind")
+
+
 def inbox_agents(workspace: Workspace) -> list[str]:
     """Agent names of the workspace's unfinished runs (the inbox's agent filter): only an
     unfinished run has anything waiting on a person."""
@@ -197,14 +268,50 @@ def inbox_agents(workspace: Workspace) -> list[str]:
 COUNT_CAP = 1000
 
 
-def inbox_counts(workspace: Workspace) -> dict[str, int]:
-    """How many items of each kind wait (visible to every role), counted up to COUNT_CAP so a
-    huge inbox costs no more than a full one: the page shows "1000+" past it."""
+def inbox_counts(workspace: Workspace, agent: str | None = None) -> dict[str, int]:
+    """How many items of each kind wait (visible to every role), of one agent's runs when the
+    page filters by agent, counted up to COUNT_CAP so a huge inbox costs no more than a full one:
+    the page shows "1000+" past it."""
     waiting = Task.objects.filter(composed=True, run__workspace=workspace)
+    held = Run.objects.filter(workspace=workspace, status=RunStatus.NEEDS_ATTENTION)
+    if agent:
+        waiting = waiting.filter(run__agent_name=agent)
+        held = held.filter(agent_name=agent)
+    client_awaits = Task.objects.filter(CLIENT_AWAIT, run__workspace=workspace)
+    if agent:
+        client_awaits = client_awaits.filter(run__agent_name=agent)
     counts = {
         "approval": waiting.filter(status=TaskStatus.NEEDS_APPROVAL)[:COUNT_CAP].count(),
         "question": waiting.filter(status=TaskStatus.AWAITING_INPUT)[:COUNT_CAP].count(),
-        "hold": Run.objects.filter(workspace=workspace, status=RunStatus.NEEDS_ATTENTION)[:COUNT_CAP].count(),
+        "client_await": client_awaits[:COUNT_CAP].count(),
+        "hold": held[:COUNT_CAP].count(),
     }
     counts["all"] = sum(counts.values())
+    # What waits on a person here (the page title's count): not the client awaits, read-only here.
+    counts["pending"] = sum(counts[kind] for kind in PENDING_KINDS)
     return counts
+
+
+DRAFTS_MAX = 10
+
+
+def drafts_gone(workspace: Workspace, drafts: list[str], items: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Of the calls and questions a person was typing into ("<run>:<task>", from the live refresh),
+    those no longer on their page whose run is this workspace's: decided meanwhile. Malformed ones
+    are hints that say nothing, so they are dropped, never refused."""
+    shown = {(str(item["run"]), str(item.get("task"))) for item in items}
+    wanted: dict[tuple[str, str], None] = {}
+    for draft in drafts[:DRAFTS_MAX]:
+        run_id, _, key = str(draft).partition(":")
+        try:
+            run_id = str(uuid.UUID(run_id))
+        except ValueError:
+            continue
+        if key and len(key) <= 200 and (run_id, key) not in shown:
+            wanted[(run_id, key)] = None
+    if not wanted:
+        return []
+    here = {
+        str(pk) for pk in Run.objects.filter(workspace=workspace, pk__in=[run for run, _ in wanted]).values_list("pk", flat=True)
+    }
+    return [(run_id, key) for run_id, key in wanted if run_id in here]

@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from insights import numbers
 from insights.models import FailureDaily, RunDaily
 from oz0agents.models import Agent
 from runs.models import Run, RunStatus
@@ -41,8 +42,11 @@ def _desc(key: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     return lambda a: (a[key] is None, -(a[key] or 0), a["name"])
 
 
-# The whitelist of `?sort=`: anything else is the default, never an error.
+# The whitelist of `?sort=`: anything else is the default, never an error. `risk` (the default)
+# is the volume-aware rank (insights.numbers.rank_key): the lower bound of the failure rate's
+# 95 % interval, agents with fewer than numbers.MIN_RUNS runs after the rest.
 SORTS: dict[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = {
+    "risk": numbers.rank_key,
     "rate": _desc("rate"),
     "failed": _desc("failed"),
     "runs": _desc("runs"),
@@ -50,9 +54,10 @@ SORTS: dict[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = {
     "change": _desc("change"),
     "name": lambda a: (a["name"],),
 }
-DEFAULT_SORT = "rate"
+DEFAULT_SORT = "risk"
 SORT_COLUMNS = [
     ("name", "Agent"),
+    ("risk", "Fails at least"),
     ("runs", "Runs"),
     ("failed", "Failed"),
     ("rate", "Failure rate"),
@@ -65,19 +70,23 @@ def sort_key(value: str | None) -> str:
     return value if value in SORTS else DEFAULT_SORT
 
 
-def agents_overview(workspace: Workspace, *, sort: str | None = None, today: date | None = None) -> list[dict[str, Any]]:
-    since = window_start(today)
+def agents_overview(
+    workspace: Workspace, *, sort: str | None = None, today: date | None = None, period: numbers.Range | None = None
+) -> list[dict[str, Any]]:
+    """Every agent with its numbers in `period` (default: the last WINDOW_DAYS days), sorted by `sort`."""
+    period = period or numbers.Range(window_start(today), today or numbers.today_utc(), "day", WINDOW_DAYS)
+    since, until = period.since, period.until
     names = set(Agent.objects.filter(workspace=workspace).values_list("name", flat=True))
     runs: dict[str, dict[int, int]] = {}
     for row in (
-        RunDaily.objects.filter(workspace_id=workspace.pk, day__gte=since)
+        RunDaily.objects.filter(workspace_id=workspace.pk, day__gte=since, day__lte=until)
         .values("agent_name", "agent_version")
         .annotate(n=Sum("started"))
     ):
         runs.setdefault(row["agent_name"], {})[row["agent_version"]] = int(row["n"])
     failed: dict[str, dict[int, dict[str, int]]] = {}
     for row in (
-        FailureDaily.objects.filter(workspace_id=workspace.pk, day__gte=since)
+        FailureDaily.objects.filter(workspace_id=workspace.pk, day__gte=since, day__lte=until)
         .values("agent_name", "agent_version", "kind")
         .annotate(n=Sum("failed"))
     ):
@@ -91,13 +100,22 @@ def agents_overview(workspace: Workspace, *, sort: str | None = None, today: dat
     )
     names |= set(runs) | set(failed)
     names.discard("")  # runs without an agent have no scorecard
+    measures = numbers.workspace_usage(workspace.pk, period)
     agents = [_agent(name, runs.get(name, {}), failed.get(name, {}), int(holds.get(name, 0)), since) for name in names]
+    for agent in agents:
+        agent |= numbers.risk(agent["failed"], agent["runs"]) | {
+            "usage": measures.get(agent["name"], numbers.EMPTY_USAGE),
+            "query": findings_query(agent["name"], since, until=until),
+        }
+        for kind in agent["top_kinds"]:
+            kind["query"] = findings_query(agent["name"], since, kind["kind"], until=until)
     return sorted(agents, key=SORTS[sort_key(sort)])
 
 
-def findings_query(agent: str, since: date, kind: str | None = None) -> str:
+def findings_query(agent: str, since: date, kind: str | None = None, *, until: date | None = None) -> str:
     """The findings search (insights.search) that lists what a count on this page counts."""
-    return (f"finding:failure_{kind} " if kind else "") + f"agent:{agent} since:{since.isoformat()}"
+    query = (f"finding:failure_{kind} " if kind else "") + f"agent:{agent} since:{since.isoformat()}"
+    return query + (f" until:{until.isoformat()}" if until and until < numbers.today_utc() else "")
 
 
 def _agent(name: str, runs: dict[int, int], failed: dict[int, dict[str, int]], holds: int, since: date) -> dict[str, Any]:

@@ -2,8 +2,15 @@
 
 A query is terms `name:value` separated by spaces (quote a value with spaces). The
 same term given twice matches either value (`finding:failure_a finding:failure_b`);
-`since` and `until` may appear once. Anything else is refused with `invalid_query`,
-naming the term, before any row is read.
+`since` and `until` may appear once. A kind is named as the chips show it or with the
+`failure_` prefix of the seeds (`finding:not_found`, `finding:failure_not_found`).
+
+Every other word is free text, searched in the failure messages (PostgreSQL full text,
+`websearch_to_tsquery` over the index `run_failure_message_fts`): a quoted phrase is a
+phrase, `-word` excludes. Free text matches only the runs whose words the searcher may
+read (`runs.permissions.content_readable`), so for a viewer it matches nothing at all —
+never fewer or more by what the hidden words say. A word shaped like a term whose name
+is not one (`agnet:x`) is refused with `invalid_query`, naming it, before any row is read.
 """
 
 from __future__ import annotations
@@ -14,11 +21,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from typing import Any
 
+from django.contrib.postgres.search import SearchQuery
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
 from runs.kernel import InvalidRequest, NotFound
-from runs.models import Finding, TaskKind
+from runs.models import FAILURE_MESSAGE_VECTOR, Finding, Run, TaskKind
+from runs.permissions import content_readable
 from runs.selectors import encode_cursor, invalid_cursor, keyset_position
 from tenancy.models import Membership
 
@@ -26,6 +35,10 @@ KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 TERMS = ("finding", "agent", "version", "since", "until", "step", "step_kind", "workspace")
 FINDING_PREFIX = "failure_"
 PAGE_MAX = 200
+TEXT_MAX = 200
+TERM_SHAPE = re.compile(r"^[a-z_]+:")
+# The reader of the server's own command line (`manage.py job_search`): free text searches every run.
+SERVER = object()
 
 
 @dataclass
@@ -38,6 +51,12 @@ class Query:
     workspaces: list[str] = field(default_factory=list)
     since: datetime | None = None
     until: datetime | None = None
+    words: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The free text as websearch syntax: a word that held spaces was quoted, so it is a phrase."""
+        return " ".join(f'"{w}"' if " " in w else w for w in self.words)
 
 
 def invalid(detail: str) -> InvalidRequest:
@@ -74,18 +93,19 @@ def parse_query(text: str | None) -> Query:
     except ValueError as error:
         raise invalid(f"the query does not parse: {error}") from None
     for word in words:
-        name, sep, value = word.partition(":")
-        if not sep:
-            raise invalid(f"{word!r} is not a term; write name:value with name one of {', '.join(TERMS)}")
+        if " " in word or not TERM_SHAPE.match(word):
+            query.words.append(word)
+            continue
+        name, _, value = word.partition(":")
         if name not in TERMS:
-            raise invalid(f"unknown term {name!r}; terms are {', '.join(TERMS)}")
+            raise invalid(f"unknown term {name!r}; terms are {', '.join(TERMS)} (quote a phrase to search it as text)")
         if not value:
             raise invalid(f"the term {name}: has no value")
         if name == "finding":
-            kind = value.removeprefix(FINDING_PREFIX)
-            if not value.startswith(FINDING_PREFIX) or not KIND_PATTERN.match(kind):
-                raise invalid(f"finding:{value} must be finding:failure_<kind>, e.g. finding:failure_not_found")
-            query.kinds.append(kind)
+            kinds = finding_kinds(value)
+            if not kinds:
+                raise invalid(f"finding:{value} is not a kind, e.g. finding:not_found or finding:failure_not_found")
+            query.kinds.extend(kinds)
         elif name == "agent":
             query.agents.append(value)
         elif name == "version":
@@ -106,7 +126,18 @@ def parse_query(text: str | None) -> Query:
             setattr(query, name, parse_moment(name, value, end_of_day=name == "until"))
     if query.since and query.until and query.since > query.until:
         raise invalid("since: is after until:")
+    if len(query.text) > TEXT_MAX:
+        raise invalid(f"the free text is longer than {TEXT_MAX} characters")
     return query
+
+
+def finding_kinds(value: str) -> list[str]:
+    """The kinds `finding:<value>` names: the chips' name (`unreadable`) or the seeds' (`failure_unreadable`);
+    a declared kind that itself starts with `failure_` is matched by its own name too."""
+    kinds = [value] if KIND_PATTERN.match(value) else []
+    if value.startswith(FINDING_PREFIX) and KIND_PATTERN.match(value.removeprefix(FINDING_PREFIX)):
+        kinds.append(value.removeprefix(FINDING_PREFIX))
+    return kinds
 
 
 def visible_workspaces(user: Any) -> dict[int, str]:
@@ -114,8 +145,23 @@ def visible_workspaces(user: Any) -> dict[int, str]:
     return dict(Membership.objects.filter(user_id=user.pk).values_list("workspace_id", "workspace__slug"))
 
 
-def findings_matching(query: Query, workspace_ids: list[int]) -> QuerySet[Finding]:
+def runs_saying(text: str, reader: Any, workspace_ids: list[int]) -> QuerySet[Run]:
+    """The runs of those workspaces whose failure message matches `text` and whose words `reader` may read."""
+    runs = Run.objects.filter(workspace_id__in=workspace_ids)
+    if reader is not SERVER:
+        runs = runs.filter(content_readable(reader))
+    return runs.annotate(said=FAILURE_MESSAGE_VECTOR).filter(said=SearchQuery(text, config="simple", search_type="websearch"))
+
+
+def findings_matching(
+    query: Query, workspace_ids: list[int], *, reader: Any = None, agent: str | None = None
+) -> QuerySet[Finding]:
+    """The findings the query matches; free text needs the `reader` whose standing limits it."""
     rows = Finding.objects.filter(workspace_id__in=workspace_ids)
+    if agent is not None:
+        rows = rows.filter(agent_name=agent)
+    if query.words:
+        rows = rows.filter(run_id__in=runs_saying(query.text, reader, workspace_ids).values("id"))
     if query.kinds:
         rows = rows.filter(kind__in=query.kinds)
     if query.agents:
@@ -154,19 +200,34 @@ def finding_document(finding: Finding, workspaces: dict[int, str]) -> dict[str, 
 
 
 def search_findings(
-    user: Any, text: str | None, *, cursor: str | None = None, limit: int = 50, workspace: str | None = None
+    user: Any,
+    text: str | None,
+    *,
+    cursor: str | None = None,
+    limit: int = 50,
+    workspace: str | None = None,
+    agent: str | None = None,
 ) -> dict[str, Any]:
-    """One page of the findings a query matches among the user's workspaces, newest first."""
+    """One page of the findings a query matches among the user's workspaces, newest first;
+    `agent` scopes it to that agent's findings whatever the query says (a scorecard's box)."""
     workspaces = visible_workspaces(user)
     if workspace is not None and workspace not in workspaces.values():
         raise NotFound("workspace")
-    return search_page(text, workspaces, cursor=cursor, limit=limit, workspace=workspace)
+    return search_page(text, workspaces, cursor=cursor, limit=limit, workspace=workspace, reader=user, agent=agent)
 
 
 def search_page(
-    text: str | None, workspaces: dict[int, str], *, cursor: str | None = None, limit: int = 50, workspace: str | None = None
+    text: str | None,
+    workspaces: dict[int, str],
+    *,
+    cursor: str | None = None,
+    limit: int = 50,
+    workspace: str | None = None,
+    reader: Any = None,
+    agent: str | None = None,
 ) -> dict[str, Any]:
-    """One page over the given workspaces (id → slug), keyset-paged by (created_at, id)."""
+    """One page over the given workspaces (id → slug), keyset-paged by (created_at, id). Free
+    text matches only the runs `reader` may read (`SERVER`: every run); without a reader, none."""
     query = parse_query(text)
     filters = [set(query.workspaces)] if query.workspaces else []
     if workspace is not None:
@@ -176,7 +237,7 @@ def search_page(
         wanted = set.intersection(*filters)
         workspaces = {pk: slug for pk, slug in workspaces.items() if slug in wanted}
     limit = max(1, min(limit, PAGE_MAX))
-    rows = findings_matching(query, list(workspaces))
+    rows = findings_matching(query, list(workspaces), reader=reader, agent=agent)
     position = keyset_position(cursor)
     if position is not None:
         after, last_pk = position

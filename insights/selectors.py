@@ -1,5 +1,8 @@
 """Scorecards (F18): an agent's failed runs by kind, in all and per version, with rates,
 the trend per day and repairs — read from the rollups the triggers keep (insights.models).
+Per version too: the runs per digest of the code they ran (a code change under the same manifest
+shows as a second digest of one version), and the model calls' tokens and cost (genai-prices).
+Those two are all-time totals: a windowed scorecard leaves them out (null).
 
 The statements are built by `scorecard_statements` so that the benchmark
 (bench/scorecard.py) times exactly the SQL the API runs.
@@ -13,9 +16,11 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
+from insights.groups import group_rows, top_groups_statement
 from oz0agents.models import Agent, AgentVersion
 from runs import failures
 from runs.kernel import NotFound
+from runs.usage_prices import model_of, usage_cost
 from tenancy.models import Membership
 
 # Without `since`, the trend shows this many days up to today; counts cover all time.
@@ -54,7 +59,7 @@ def scorecard_statements(
     workspace_ids: list[int] | None = None,
     trend_since: date | None = None,
 ) -> list[Statement]:
-    """The five grouped reads of a scorecard, each over one agent's rollup rows.
+    """The five grouped reads of a scorecard, each over one agent's rollup rows, and its top failure groups.
 
     Counts with no date window read the all-time totals; a window reads the daily rows.
     The trend always reads the daily rows of its own (bounded) window.
@@ -80,6 +85,26 @@ def scorecard_statements(
             "repairs",
             "SELECT agent_version, resolution, sum(repairs), sum(held), sum(held_seconds), max(held_seconds_max) "
             f"FROM {repairs_table} WHERE {where} GROUP BY 1, 2",
+            params,
+        ),
+        top_groups_statement(agent, version, since, until, workspace_ids=workspace_ids),
+        *(_code_and_usage_statements(agent, version, workspace_ids) if not windowed else []),
+    ]
+
+
+def _code_and_usage_statements(agent: str, version: int | None, workspace_ids: list[int] | None) -> list[Statement]:
+    where, params = _where(agent, version, workspace_ids, None, None)
+    return [
+        (
+            "code",
+            "SELECT agent_version, code_digest, sum(started), min(first_started_at) "
+            f"FROM insights_coderuntotal WHERE {where} GROUP BY 1, 2",
+            params,
+        ),
+        (
+            "usage",
+            "SELECT agent_version, code_digest, route, sum(calls), sum(input_tokens), sum(output_tokens) "
+            f"FROM insights_usagetotal WHERE {where} GROUP BY 1, 2, 3",
             params,
         ),
     ]
@@ -165,7 +190,56 @@ def scorecard(
         agents = agents.filter(workspace_id__in=workspace_ids)
     if not any(results.values()) and not agents.exists():
         raise NotFound("agent")
-    return build_scorecard(agent, version, since_day, until_day, trend_since, results, _kind_flags(agent, workspace_ids))
+    return build_scorecard(
+        agent,
+        version,
+        since_day,
+        until_day,
+        trend_since,
+        results,
+        _kind_flags(agent, workspace_ids),
+        registered_code=_registered_code(agent, workspace_ids),
+    )
+
+
+def _registered_code(agent: str, workspace_ids: list[int] | None) -> dict[int, set[str]]:
+    """The code digests the versions of the agents of that name were registered with, per version."""
+    versions = AgentVersion.objects.filter(agent__name=agent).exclude(code_digest="")
+    if workspace_ids is not None:
+        versions = versions.filter(agent__workspace_id__in=workspace_ids)
+    found: dict[int, set[str]] = {}
+    for number, digest in versions.values_list("version", "code_digest"):
+        found.setdefault(number, set()).add(digest)
+    return found
+
+
+def code_and_usage(
+    results: dict[str, list[tuple[Any, ...]]], registered_code: dict[int, set[str]]
+) -> tuple[dict[int, list[dict[str, Any]]], dict[int, dict[str, Any]], dict[str, Any] | None]:
+    """Per version: its runs per code digest (oldest code first, each with its calls' tokens and
+    cost, and whether it is the code the version was registered with), and its tokens and cost;
+    then the tokens and cost of all versions. Empty (and None) for a windowed scorecard."""
+    if "code" not in results:
+        return {}, {}, None
+    usage_rows: dict[tuple[int, str], list[tuple[str, str | None, int, int, int]]] = {}
+    for v, digest, route, calls, input_tokens, output_tokens in results["usage"]:
+        model, provider = model_of({"route": route})
+        usage_rows.setdefault((int(v), digest), []).append((model, provider, int(input_tokens), int(output_tokens), int(calls)))
+    code: dict[int, list[dict[str, Any]]] = {}
+    for v, digest, started, first in sorted(results["code"], key=lambda row: (row[0], row[3], row[1])):
+        code.setdefault(int(v), []).append(
+            {
+                "digest": digest or None,
+                "runs": int(started),
+                "first_run_at": first.isoformat() if first else None,
+                "registered": digest in registered_code.get(int(v), set()),
+                "usage": usage_cost(usage_rows.get((int(v), digest), [])),
+            }
+        )
+    by_version: dict[int, dict[str, Any]] = {}
+    for v in {v for v, _ in usage_rows} | set(code):
+        by_version[v] = usage_cost(row for (of, _), rows in usage_rows.items() if of == v for row in rows)
+    return code, by_version, usage_cost(row for rows in usage_rows.values() for row in rows)
 
 
 def build_scorecard(
@@ -176,8 +250,11 @@ def build_scorecard(
     trend_since: date,
     results: dict[str, list[tuple[Any, ...]]],
     flags: dict[str, dict[str, Any]],
+    *,
+    registered_code: dict[int, set[str]] | None = None,
 ) -> dict[str, Any]:
     runs_by_version = {int(v): int(n) for v, n in results["runs"]}
+    code_by_version, usage_by_version, usage = code_and_usage(results, registered_code or {})
     failed_by_version: dict[int, dict[str, int]] = {}
     for v, kind, n in results["failed"]:
         failed_by_version.setdefault(int(v), {})[kind] = int(n)
@@ -204,7 +281,9 @@ def build_scorecard(
             "hold_to_repair_max_seconds": round(held_max, 3) if held_max is not None else None,
         }
 
-    all_versions = sorted(set(runs_by_version) | set(failed_by_version) | set(repairs_by_version))
+    all_versions = sorted(
+        set(runs_by_version) | set(failed_by_version) | set(repairs_by_version) | set(code_by_version) | set(usage_by_version)
+    )
     total_runs = sum(runs_by_version.values())
     total_by_kind: dict[str, int] = {}
     for counts in failed_by_version.values():
@@ -225,6 +304,8 @@ def build_scorecard(
                 "rate": _rate(failed, runs),
                 "by_kind": _by_kind(counts, runs, flags),
                 "repairs": repairs_of([v]),
+                "code": code_by_version.get(v, []) if usage is not None else None,
+                "usage": usage_by_version.get(v, usage_cost([])) if usage is not None else None,
             }
         )
 
@@ -264,4 +345,6 @@ def build_scorecard(
         "versions": versions,
         "trend": trend,
         "repairs": repairs_of(all_versions),
+        "usage": usage,
+        "groups": group_rows(results.get("top_groups", [])),
     }

@@ -23,6 +23,7 @@ import httpx
 from django.core.mail import send_mail
 
 from notify.subscriptions import is_private_address, private_webhooks_allowed
+from oz0site.metering import meter
 
 SIGNATURE_HEADER = "X-Oz0-Signature"
 WEBHOOK_TIMEOUT_SECONDS = 10.0
@@ -86,6 +87,14 @@ def _transport() -> httpx.BaseTransport | None:
 
 
 def post_webhook(url: str, secret: str, text: str) -> None:
+    try:
+        _post_webhook(url, secret, text)
+    except DeliveryError:
+        meter.count("oz0_webhook_failures_total")
+        raise
+
+
+def _post_webhook(url: str, secret: str, text: str) -> None:
     target, host, extensions = pinned_request(url, vetted_address(url))
     body = json.dumps({"text": text}, ensure_ascii=False).encode()
     headers = {

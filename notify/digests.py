@@ -27,6 +27,8 @@ from django.utils import timezone
 
 from notify.delivery import DeliveryError, post_webhook, send_email
 from notify.models import Subscription
+from oz0agents.models import RolloutEvent
+from oz0agents.rollouts import AUTO_ROLLED_BACK
 from runs.models import Run, RunStatus, Task, TaskStatus
 from runs.permissions import can_read_content
 from tenancy.permissions import role_of
@@ -47,6 +49,8 @@ class Wait:
     task: str | None
     since: datetime
     words: str
+    # Where the digest links instead of the run (a rollback: the agent's page).
+    link: str | None = None
 
 
 def _park() -> timedelta:
@@ -58,9 +62,11 @@ def _news(sub: Subscription, *, after: datetime, until: datetime) -> dict[str, Q
     park = _park()
     tasks = Task.objects.filter(composed=True, run__workspace_id=sub.workspace_id).select_related("run")
     holds = Run.objects.filter(workspace_id=sub.workspace_id, status=RunStatus.NEEDS_ATTENTION)
+    rollbacks = RolloutEvent.objects.filter(workspace_id=sub.workspace_id, verb=AUTO_ROLLED_BACK).select_related("workspace")
     if sub.agent:
         tasks = tasks.filter(run__agent_name=sub.agent)
         holds = holds.filter(agent_name=sub.agent)
+        rollbacks = rollbacks.filter(agent_name=sub.agent)
     news: dict[str, QuerySet[Any]] = {
         "approval": tasks.filter(
             status=TaskStatus.NEEDS_APPROVAL, deadline_at__gt=after + park, deadline_at__lte=until + park
@@ -71,6 +77,7 @@ def _news(sub: Subscription, *, after: datetime, until: datetime) -> dict[str, Q
             status=TaskStatus.AWAITING_INPUT, resolution_token__isnull=True, queued_at__gt=after, queued_at__lte=until
         ).order_by("queued_at", "pk"),
         "hold": holds.filter(held_since__gt=after, held_since__lte=until).order_by("held_since", "id"),
+        "rollback": rollbacks.filter(created_at__gt=after, created_at__lte=until).order_by("created_at", "id"),
     }
     return {kind: rows for kind, rows in news.items() if kind in sub.kinds}
 
@@ -85,7 +92,25 @@ def _since(kind: str, row: Any) -> datetime:
         return row.deadline_at - _park()
     if kind == "question":
         return row.queued_at
+    if kind == "rollback":
+        return row.created_at
     return row.held_since or row.updated_at
+
+
+def _rollback(row: RolloutEvent) -> Wait:
+    """A canary rolled back: its numbers beside the stable version's (counts, never words), linked
+    to the agent's page; its run is the canary's latest failed one."""
+    data = row.data or {}
+    run_id = data.get("run")
+    run = Run.objects.filter(pk=str(run_id)).first() if run_id else None
+    canary, stable = data.get("canary_arm") or {}, data.get("stable_arm") or {}
+    words = (
+        f"canary v{row.canary_version} rolled back to v{row.stable_version}: failed {canary.get('failed')} of "
+        f"{canary.get('decided')} runs, the stable version {stable.get('failed')} of {stable.get('decided')}"
+    )
+    base = settings.OZ0_PUBLIC_URL.rstrip("/")
+    link = f"{base}/w/{row.workspace.slug}/agents/{row.agent_name}/"
+    return Wait("rollback", run or Run(agent_name=row.agent_name), None, row.created_at, words, link)
 
 
 def _words(user: Any, kind: str, row: Any) -> tuple[Run, str | None, str]:
@@ -112,6 +137,9 @@ def waits_for(sub: Subscription, *, after: datetime, until: datetime) -> tuple[l
     for kind, rows in _news(sub, after=after, until=until).items():
         total += rows.count()
         for row in rows[:LISTED_MAX]:
+            if kind == "rollback":
+                waits.append(_rollback(row))
+                continue
             run, task, words = _words(sub.user, kind, row)
             waits.append(Wait(kind, run, task, _since(kind, row), words))
     waits.sort(key=lambda wait: wait.since)
@@ -164,7 +192,8 @@ def compose(sub: Subscription, waits: list[Wait], total: int, now: datetime, *, 
     for wait in waits:
         agent = f" · agent {literal(wait.run.agent_name)}" if wait.run.agent_name else ""
         task = f" · task {literal(wait.task)}" if wait.task else ""
-        lines.append(f"- {wait.kind}{agent}{task} · waiting {_age(now, wait.since)} · {base}/runs/{wait.run.id}/")
+        link = wait.link or f"{base}/runs/{wait.run.id}/"
+        lines.append(f"- {wait.kind}{agent}{task} · waiting {_age(now, wait.since)} · {link}")
         if wait.words:
             lines.append(f"  {literal(wait.words[:500])}")
     if total > len(waits):

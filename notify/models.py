@@ -12,7 +12,8 @@ from django.db import models
 
 from tenancy.models import Workspace
 
-WAIT_KINDS = ("approval", "question", "hold")
+# "rollback": a canary the sweep rolled back (oz0agents.rollouts), news as the waits are.
+WAIT_KINDS = ("approval", "question", "hold", "rollback")
 
 
 class Subscription(models.Model):

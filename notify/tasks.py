@@ -6,6 +6,7 @@ from celery import shared_task
 
 from notify import digests
 from notify.delivery import DeliveryError
+from oz0site.sweeps import skipped_while_the_database_is_away
 
 
 @shared_task(
@@ -23,4 +24,5 @@ def deliver_digest(subscription_id: int) -> None:
 
 @shared_task(name="notify.tasks.sweep", ignore_result=True)
 def sweep() -> None:
-    digests.sweep(send=deliver_digest.delay)
+    with skipped_while_the_database_is_away("the notifications' sweep"):
+        digests.sweep(send=deliver_digest.delay)

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.http import HttpRequest
 from ninja import Query, Router, Schema
-from pydantic import Field
+from pydantic import Field, StrictInt, field_validator
 
 from oz0agents import access
 from oz0agents.lint import InvalidManifest, Linted, lint
@@ -33,7 +33,22 @@ class ManifestIn(Schema):
     workspace: str | None = Field(default=None, min_length=1, max_length=64, pattern=SLUG_PATTERN)
 
 
-class WorkspaceManifestIn(Schema):
+class CanaryIn(Schema):
+    # Register a new version as a canary on this share of new runs (oz0agents.rollouts).
+    canary: StrictInt | None = Field(default=None, ge=1, le=99)
+
+    @field_validator("canary", mode="before")
+    @classmethod
+    def _whole_number(cls, canary: Any) -> Any:
+        # JSON has one number type: 10.0 is 10 (JSON Schema's `integer` says so); 10.5, "10" and true are refused.
+        return int(canary) if isinstance(canary, float) and canary.is_integer() else canary
+
+
+class RegisterIn(ManifestIn, CanaryIn):
+    pass
+
+
+class WorkspaceManifestIn(CanaryIn):
     manifest: str = Field(min_length=1)
 
 
@@ -49,6 +64,8 @@ class RegisteredOut(Schema):
     version: int
     created: bool
     warnings: list[ProblemOut]
+    # The share of new runs the new version takes as a canary; null when it serves them all.
+    canary: int | None = None
 
 
 class InvalidManifestError(ErrorBody):
@@ -96,6 +113,10 @@ class AgentDetail(AgentOut):
     manifest: str | None
     content_visible: bool
     versions: list[int]
+    # The version new runs take (the newest unless a rollout pinned another), and a canary under
+    # way: {version, percent, since} or null (oz0agents.rollouts; its numbers: GET .../rollout).
+    serving_version: int | None = None
+    canary: dict[str, Any] | None = None
 
 
 def _agent_document(version: AgentVersion) -> dict[str, Any]:
@@ -113,17 +134,19 @@ def _agent_document(version: AgentVersion) -> dict[str, Any]:
     }
 
 
-def _register(request: HttpRequest, text: str, workspace: Workspace) -> Any:
+def _register(request: HttpRequest, text: str, workspace: Workspace, canary: int | None = None) -> Any:
     try:
-        registered = register(text, request.user, workspace=workspace)
+        registered = register(text, request.user, workspace=workspace, canary=canary)
     except InvalidManifest as invalid:
         return 400, _invalid(invalid.linted)
+    agent = Agent.objects.get(pk=registered.version.agent_id)
     body = {
         "name": registered.version.agent.name,
         "workspace": workspace.slug,
         "version": registered.version.version,
         "created": registered.created,
         "warnings": [w.as_dict() for w in registered.warnings],
+        "canary": agent.canary_percent if agent.canary_version_id == registered.version.pk else None,
     }
     # The contract answers 201 either way; `created` says whether this made a new version.
     return 201, body
@@ -135,12 +158,12 @@ def _register(request: HttpRequest, text: str, workspace: Workspace) -> Any:
     response={**ERRORS, 201: RegisteredOut, 400: InvalidManifestOut},
     summary="Register an agent's manifest (F2-F8)",
 )
-def register_agent(request: HttpRequest, payload: ManifestIn) -> Any:
+def register_agent(request: HttpRequest, payload: RegisterIn) -> Any:
     """A changed manifest becomes the agent's next version; an unchanged one answers with the current version.
 
     The agent belongs to `workspace` (left out: the one workspace the caller operates), where the
     caller needs operator standing."""
-    return _register(request, payload.manifest, access.registering_workspace(request.user, payload.workspace))
+    return _register(request, payload.manifest, access.registering_workspace(request.user, payload.workspace), payload.canary)
 
 
 @router.post(
@@ -150,7 +173,7 @@ def register_agent(request: HttpRequest, payload: ManifestIn) -> Any:
     summary="Register an agent of a workspace (F2-F8)",
 )
 def register_workspace_agent(request: HttpRequest, ws: str, payload: WorkspaceManifestIn) -> Any:
-    return _register(request, payload.manifest, access.registering_workspace(request.user, ws))
+    return _register(request, payload.manifest, access.registering_workspace(request.user, ws), payload.canary)
 
 
 def _invalid(linted: Linted) -> dict[str, Any]:
@@ -209,6 +232,18 @@ def _detail(request: HttpRequest, agent: Agent) -> dict[str, Any]:
         "manifest": latest.manifest_text if content else None,
         "content_visible": content,
         "versions": [v.version for v in versions],
+        **_rollout_state(agent, latest),
+    }
+
+
+def _rollout_state(agent: Agent, latest: AgentVersion) -> dict[str, Any]:
+    agent = Agent.objects.select_related("stable_version", "canary_version").get(pk=agent.pk)
+    canary = agent.canary_version
+    return {
+        "serving_version": (agent.stable_version or latest).version,
+        "canary": {"version": canary.version, "percent": agent.canary_percent, "since": agent.canary_since.isoformat()}
+        if canary is not None and agent.canary_since is not None
+        else None,
     }
 
 

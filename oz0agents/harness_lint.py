@@ -4,7 +4,7 @@
     harness: {pydantic_ai: "pkg.module:agent"}     # a Pydantic AI Agent object
     harness: {openai_agents: "pkg.module:agent"}   # an OpenAI Agents SDK Agent object
     harness: {acp: {program: NAME, env: {...}}}    # an ACP agent process, oz.fail on its oz0 MCP server
-    harness: {jsonl: {program: NAME, env: {...}}}  # a process speaking oz0's JSON-lines protocol v1
+    harness: {jsonl: {program: NAME, env: {...}}}  # a process speaking oz0's JSON-lines protocol (v1; `protocol: 2` for v2)
     harness: {jsonl: {...}, timeout_s: 600}        # any kind: the round's deadline (OZ0_ROUND_TIMEOUT_SECONDS)
 
 The installer, never a workspace, decides what code runs (`oz0agents.harness_programs`): a program is
@@ -94,14 +94,19 @@ def lint_harness(raw: Any, lines: Lines, errors: list[Problem], warnings: list[P
         error((kind, "command"), f"{where}.command", COMMAND_REFUSED)
         return None
     ok = True
-    unknown = set(value) - {"program", "env"}
+    fields = {"program", "env", "protocol"} if kind == "jsonl" else {"program", "env"}
+    unknown = set(value) - fields
     if unknown:
         error(
             (kind,),
             where,
-            f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}; it holds `program` and `env` "
-            "(a round's `timeout_s` goes beside the kind, in `harness:`)",
+            f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}; it holds "
+            f"{', '.join(f'`{f}`' for f in sorted(fields))} (a round's `timeout_s` goes beside the kind, in `harness:`)",
         )
+        ok = False
+    protocol = value.get("protocol", 1)
+    if protocol not in (1, 2) or isinstance(protocol, bool):
+        error((kind, "protocol"), f"{where}.protocol", "must be 1 or 2, the JSON-lines protocol version the program speaks")
         ok = False
     name = value.get("program")
     if not isinstance(name, str) or not name:
@@ -143,4 +148,5 @@ def lint_harness(raw: Any, lines: Lines, errors: list[Problem], warnings: list[P
                 ok = False
     if not ok or not isinstance(env, Mapping):
         return None
-    return {"kind": kind, "program": name, "env": {str(k): str(v) for k, v in env.items()}, **timeout}
+    spoken = {"protocol": protocol} if protocol != 1 else {}
+    return {"kind": kind, "program": name, "env": {str(k): str(v) for k, v in env.items()}, **spoken, **timeout}

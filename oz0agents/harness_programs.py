@@ -18,8 +18,10 @@ refused if the list no longer allows it.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,3 +171,21 @@ def _parse(data: Any, where: str) -> dict[str, Program]:
             raise ProgramsFileError(f"{where}: {name}.env must map variable names to text")
         found[name] = Program(name, tuple(argv), dict(env))
     return found
+
+
+def program_argv(argv: Sequence[str]) -> list[str]:
+    """A program's argv as it runs: `python` first is the worker's interpreter, and an argument
+    naming a file or folder of the install (`oz0agents/examples/jsonl_agent.py`) its absolute path,
+    since the program starts in a folder of its own."""
+    resolved = []
+    for index, part in enumerate(argv):
+        if index == 0 and part == "python":
+            resolved.append(sys.executable)
+            continue
+        if not part.startswith("-") and not os.path.isabs(part) and (index > 0 or "/" in part):
+            candidate = Path(settings.BASE_DIR) / part
+            if candidate.exists():
+                resolved.append(str(candidate))
+                continue
+        resolved.append(part)
+    return resolved

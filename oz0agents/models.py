@@ -16,6 +16,13 @@ class Agent(models.Model):
     workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="agents")
     name = models.CharField(max_length=100)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The version new runs take: null is the newest registered (oz0agents.rollouts). A canary
+    # rollout pins it to the version before the canary; a rollback leaves it there.
+    stable_version = models.ForeignKey("AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # A version being tried on `canary_percent` of new runs (0 to 100 by a hash of the run's id).
+    canary_version = models.ForeignKey("AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    canary_percent = models.PositiveSmallIntegerField(default=0)
+    canary_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "runs_agent"
@@ -31,6 +38,9 @@ class AgentVersion(models.Model):
     manifest_text = models.TextField()
     manifest = models.JSONField()
     digest = models.CharField(max_length=64)
+    # The digest of the code its harness ran when it was registered (oz0agents.code_version); ""
+    # for an agent of oz0's own loop, or a version registered before code had a version.
+    code_digest = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -40,3 +50,24 @@ class AgentVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent.name}@{self.version}"
+
+
+class RolloutEvent(models.Model):
+    """The audit trail of an agent's rollouts: a canary started, promoted, rolled back (by a person
+    or by the sweep), or superseded by a version registered whole."""
+
+    workspace = models.ForeignKey("tenancy.Workspace", on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey(Agent, null=True, on_delete=models.SET_NULL, related_name="rollout_events")
+    agent_name = models.CharField(max_length=100)
+    actor = models.CharField(max_length=150)
+    verb = models.CharField(max_length=32)
+    canary_version = models.PositiveIntegerField(null=True)
+    stable_version = models.PositiveIntegerField(null=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["workspace", "-created_at"], name="rollout_event_ws_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_name} {self.verb}"

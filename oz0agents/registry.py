@@ -16,6 +16,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
+from oz0agents import rollouts
+from oz0agents.code_version import code_digest
 from oz0agents.lint import FAILURE_FLAGS, InvalidManifest, lint
 from oz0agents.models import Agent, AgentVersion
 from oz0agents.parsing import Problem
@@ -33,25 +35,35 @@ class Registered:
     warnings: list[Problem]
 
 
-def register(text: Any, user: Any = None, *, workspace: Workspace) -> Registered:
+def register(text: Any, user: Any = None, *, workspace: Workspace, canary: int | None = None) -> Registered:
     """Store the manifest as the workspace's agent's next version when it changed (runs record
-    the version they ran).
+    the version they ran). With `canary` (a percentage), a new version starts on that share of
+    new runs beside the version serving until now (oz0agents.rollouts); without, it serves all.
 
     Raises `InvalidManifest` listing every error. `user` is whoever registers: the caller
     checks their standing in `workspace`, which the agent belongs to.
     """
+    if canary is not None:
+        canary = rollouts.checked_percent(canary)
     linted = lint(text, known_agents=agents_of(workspace))
     if not linted.ok:
         raise InvalidManifest(linted)
     manifest = linted.manifest
     assert manifest is not None
     manifest_digest = digest(manifest)
+    # The code's version as it is now: a version is its manifest, so registering the same manifest
+    # again keeps the version (and the digest it was registered with); runs record their own.
+    code = code_digest(manifest)
     for _ in range(3):
         try:
             with transaction.atomic():
                 agent, _ = Agent.objects.get_or_create(workspace=workspace, name=manifest["name"])
                 # Serialize registrations of one agent: the version number is a counter.
-                Agent.objects.select_for_update().filter(pk=agent.pk).first()
+                agent = (
+                    Agent.objects.select_for_update(of=("self",))
+                    .select_related("stable_version", "canary_version")
+                    .get(pk=agent.pk)
+                )
                 latest = AgentVersion.objects.filter(agent=agent).order_by("-version").first()
                 if latest is not None and latest.digest == manifest_digest:
                     return Registered(latest, False, linted.warnings)
@@ -61,7 +73,9 @@ def register(text: Any, user: Any = None, *, workspace: Workspace) -> Registered
                     manifest_text=text,
                     manifest=manifest,
                     digest=manifest_digest,
+                    code_digest=code,
                 )
+                rollouts.registered(agent, version, latest, user, canary)
                 return Registered(version, True, linted.warnings)
         except IntegrityError:  # a concurrent first registration of the same name: try again
             continue

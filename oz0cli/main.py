@@ -9,6 +9,7 @@ from oz0cli import ROOT, say
 from oz0cli.checks import cmd_test
 from oz0cli.children import child_argv, run_child
 from oz0cli.environment import use_base_environment
+from oz0cli.processes import cmd_serve
 from oz0cli.up import cmd_up
 
 USAGE = """usage: ./oz0 COMMAND [ARGS...]
@@ -16,6 +17,8 @@ USAGE = """usage: ./oz0 COMMAND [ARGS...]
   up [--demo]            start oz0 (embedded PostgreSQL and Redis unless DATABASE_URL / REDIS_URL are set),
                          load the demo, serve the console; Ctrl-C stops everything. --demo also installs
                          the deterministic test.* tools (for trying the API; never on a real install)
+  serve ROLE             run one process of a deployment in the foreground: web | worker | sessions | beat
+                         (the command `up` runs for it; needs DATABASE_URL, REDIS_URL and SECRET_KEY; deploy/)
   test [--quick] [PYTEST ARGS]
                          ruff, ruff format --check, makemigrations --check, mypy, then pytest (slow,
                          live and the rest side by side); --quick: no live, browser or slow tests
@@ -41,6 +44,8 @@ def dispatch(argv: list[str]) -> int:
         return cmd_up(rest)
     if command == "test":
         return cmd_test(rest)
+    if command == "serve":
+        return cmd_serve(rest)
     use_base_environment(debug=False)
     child = child_argv(sys.executable, command, rest)
     if child is not None:

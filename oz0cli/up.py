@@ -9,16 +9,28 @@ import shutil
 import socket
 import sys
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 import django
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 
-from oz0cli import Fatal, say
+from oz0cli import Fatal, processes, say
+from oz0cli.embedded import EmbeddedPostgres
 from oz0cli.environment import listen_address, plain_http_environment, up_environment, use_base_environment
 from oz0cli.services import data_dir, services
 from oz0cli.supervisor import Supervisor, wait_for_port
+from oz0site.db_roles import Roles, provision
+
+EMBEDDED_ROLES = Roles(owner="oz0_owner", app="oz0_app")
+
+
+def as_role(database_url: str, role: str) -> str:
+    """The same database as another role (trust authentication: no password)."""
+    parts = urlsplit(database_url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
 
 
 def check_can_listen(host: str, port: int) -> None:
@@ -38,7 +50,7 @@ def cmd_up(args: list[str]) -> int:
     use_base_environment(debug=False)
     os.environ.update(plain_http_environment(os.environ))
     host, port = listen_address(os.environ)
-    queue = os.environ.setdefault("OZ0_QUEUE", "oz0")
+    os.environ.setdefault("OZ0_QUEUE", "oz0")
     check_can_listen(host, port)
     if os.environ["OZ0_TEST_TOOLS"] in ("1", "true", "yes", "on"):
         say("the test.* tools are installed (--demo or OZ0_TEST_TOOLS=1): for trying oz0, never for a real install")
@@ -53,40 +65,32 @@ def cmd_up(args: list[str]) -> int:
         # Static files first: whitenoise indexes them when the web process starts. The web
         # process then boots while the database is migrated and the demo loaded.
         call_command("collectstatic", interactive=False, verbosity=0)
-        supervisor = Supervisor(dict(os.environ))
+        # On the PostgreSQL it embeds, `up` is the administrator: its processes run as the app
+        # role, which can touch rows and nothing else (oz0site/db_roles.py); it migrates as itself.
+        least_privilege = any(isinstance(service, EmbeddedPostgres) for service in embedded)
+        children = dict(os.environ)
+        if least_privilege:
+            provision(EMBEDDED_ROLES)
+            children["DATABASE_URL"] = as_role(os.environ["DATABASE_URL"], EMBEDDED_ROLES.app)
+        supervisor = Supervisor(children)
         for service in embedded:
             supervisor.watch(service)
-        python = sys.executable
         try:
-            # Under ASGI, Django's advice is no persistent connections (they belong to the workers):
-            # the web process takes its connections from a pool (OZ0_WEB_DB_POOL_SIZE, 0: a new
-            # session per request); a DB_CONN_MAX_AGE of the person's own still wins without a pool.
-            web_env = {
-                "DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0"),
-                "DB_POOL_SIZE": os.environ.get("OZ0_WEB_DB_POOL_SIZE", "8"),
-            }
-            supervisor.start(
-                "web", [python, "-m", "daphne", "-b", host, "-p", str(port), "oz0site.asgi:application"], env=web_env
-            )
+            schedule = data_dir() / "celerybeat-schedule"
+
+            def argv(role: str) -> list[str]:
+                return processes.command(role, python=sys.executable, host=host, port=port, schedule=schedule, environ=os.environ)
+
+            supervisor.start("web", argv("web"), env=processes.web_environment(os.environ))
             call_command("migrate", interactive=False, verbosity=0)
             call_command("demo")
+            if least_privilege:  # what the migration made becomes the owner's; the app's grants follow
+                provision(EMBEDDED_ROLES)
             connections.close_all()
             say(f"database ready in {time.monotonic() - started:.1f}s")
             if not supervisor.stopping.is_set():
-                level = os.environ.get("CELERY_LOG_LEVEL", "warning")
-                celery = [python, "-m", "celery", "-A", "oz0site"]
-                processes = str(settings.OZ0_WORKER_CONCURRENCY)
-                # -O fair: a task goes to a process that is free, never into the pipe of one busy with a
-                # slow call (Celery's default), where a quick call would wait out the slow one.
-                worker = [*celery, "worker", "-Q", queue, "-c", processes, "-O", "fair", "-l", level]
-                worker += ["--without-mingle", "--without-gossip"]
-                supervisor.start("worker", worker)
-                # Harnessed rounds (F7) wait on people and tool calls: a thread each, never a worker slot.
-                sessions = [*celery, "worker", "-Q", settings.OZ0_SESSION_QUEUE, "-P", "threads", "-n", "sessions@%h"]
-                slots = str(settings.OZ0_SESSION_SLOTS)
-                supervisor.start("sessions", [*sessions, "-c", slots, "-l", level, "--without-mingle", "--without-gossip"])
-                schedule = data_dir() / "celerybeat-schedule"
-                supervisor.start("beat", [*celery, "beat", "-s", str(schedule), "-l", level])
+                for role in processes.ROLES[1:]:
+                    supervisor.start(role, argv(role))
             probe = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
             if wait_for_port(probe, port, supervisor, timeout=60):
                 shown = "127.0.0.1" if host in ("0.0.0.0", "") else host

@@ -14,6 +14,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
 from inbox.api import router as inbox_router
+from inbox.approvals_api import router as approvals_router
 from insights.api import router as insights_router
 from insights.catalog import openapi_failures
 from notify.api import router as notify_router
@@ -25,6 +26,8 @@ from runs.executor_api.router import router as executors_router
 from runs.holds_api import router as holds_router
 from runs.kernel import KernelError
 from runs.schemas import read_body
+from runs.walls_api import router as walls_router
+from schedules.api import router as schedules_router
 from tenancy.tokens import token_user
 
 # Who asked for the OpenAPI document: its `x-oz0-failures` lists the agents of their workspaces.
@@ -129,12 +132,15 @@ def http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
 for router in (
     runs_router,
     inbox_router,
+    approvals_router,
     agents_router,
     executors_router,
     insights_router,
     holds_router,
     notify_router,
     audit_router,
+    schedules_router,
+    walls_router,
 ):
     api.add_router("", router)
 

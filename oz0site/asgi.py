@@ -10,6 +10,7 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from oz0site import tracing  # noqa: E402
 from oz0site.heap import freeze_startup_heap  # noqa: E402
 from oz0site.routing import websocket_urlpatterns  # noqa: E402
 from oz0site.sockets import SameOriginValidator  # noqa: E402
@@ -21,4 +22,5 @@ application = ProtocolTypeRouter(
     }
 )
 
+tracing.setup("web")  # when the installer's OTEL_* variables ask for traces (oz0site/tracing.py)
 freeze_startup_heap()  # the web process's startup objects stay out of full collections

@@ -22,10 +22,10 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 from ninja.security import SessionAuth as NinjaSessionAuth
 
-from oz0site import ratelimit
+from oz0site import ratelimit, web_share
 from runs.kernel import Forbidden, NotFound
 from runs.models import Run
-from runs.schemas import refuse_declared_length
+from runs.schemas import refuse_declared_length, refuse_repeated_parameters
 from tenancy.models import Membership, Role, Workspace
 from tenancy.permissions import ROLE_RANK, role_of
 from tenancy.tokens import token_user
@@ -46,6 +46,9 @@ class Route:
     # `any` only: refuse a caller without the role anywhere as this thing's 404 (an await's token
     # names its workspace, so whether it exists is the kernel's answer), not 403.
     missing: str | None = None
+    # Whether the request runs within its workspace's share of the web process (oz0site.web_share):
+    # every route naming a workspace but a long wait, which holds no thread busy.
+    shared: bool = True
 
     def admit(self, request: HttpRequest, user: Any) -> None:
         request._oz0_body_max = self.body_max  # type: ignore[attr-defined]
@@ -54,6 +57,7 @@ class Route:
         if self.role is not None and self.where is not None:
             self._require(request, user, self.role, self.where)
         refuse_declared_length(request)
+        refuse_repeated_parameters(request)
 
     def _require(self, request: HttpRequest, user: Any, needs: str, where: Where) -> None:
         needed = ROLE_RANK[Role(needs)]
@@ -72,6 +76,8 @@ class Route:
             raise NotFound(what)
         if ROLE_RANK[Role(role)] < needed:
             raise Forbidden() if needs == Role.OPERATOR else Forbidden(f"this needs the {needs} role")
+        if self.shared and workspace_id is not None:
+            web_share.take(request, workspace_id)
 
 
 def _workspace_named(where: str | None, value: Any) -> int | None:
@@ -119,8 +125,9 @@ def person_auth(
     body_max: int | None = None,
     rate: Literal["write", "read"] | None = None,
     missing: str | None = None,
+    shared: bool = True,
 ) -> list[Any]:
     """A person's bearer token, else their console session; then the route's standing, rate and
     body cap (see the module's docstring), all before ninja reads the body."""
-    route = Route(role=role, where=where, body_max=body_max, rate=rate, missing=missing)
+    route = Route(role=role, where=where, body_max=body_max, rate=rate, missing=missing, shared=shared)
     return [BearerAuth(route), SessionAuth(route)]

@@ -12,7 +12,7 @@ app = Celery("oz0")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # The Celery adapters live in runs/worker/tasks.py (not in an app's tasks.py). Their task names
 # stay `runs.tasks.*`, the names queued messages and the beat schedule carry. notify/tasks.py: digests.
-app.autodiscover_tasks(["runs.worker", "notify"])
+app.autodiscover_tasks(["runs.worker", "notify", "schedules", "insights"])
 
 
 @signals.task_prerun.connect
@@ -27,6 +27,15 @@ def close_obsolete_connections(sender: Any = None, **kwargs: Any) -> None:
 
 
 @signals.worker_init.connect
+def trace_the_worker(**kwargs: Any) -> None:
+    """Traces on when the installer's OTEL_* variables ask for them (oz0site/tracing.py); a prefork
+    child inherits the set-up, and the SDK starts its export thread again after the fork."""
+    from oz0site import tracing
+
+    tracing.setup("worker")
+
+
+@signals.worker_init.connect
 @signals.worker_process_init.connect
 def freeze_the_startup_heap(**kwargs: Any) -> None:
     """Once the worker has loaded its tasks (in the parent, so prefork children share the frozen
@@ -36,13 +45,17 @@ def freeze_the_startup_heap(**kwargs: Any) -> None:
 
 @signals.beat_init.connect
 def start_the_sweeper(sender: Any = None, **kwargs: Any) -> None:
-    """Beat runs the run sweeps itself, in a thread (runs/worker/periodic.py says why)."""
+    """Beat runs the run sweeps itself, in a thread, and retention in another (runs/worker/periodic.py says why)."""
     import django
 
     django.setup()
-    from runs.worker.periodic import Sweeper
+    from oz0site import tracing
+    from runs.worker.periodic import Pruner, Sweeper
+
+    tracing.setup("beat")
 
     Sweeper().start()
+    Pruner().start()
 
 
 @signals.worker_ready.connect

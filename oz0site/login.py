@@ -115,7 +115,19 @@ class ThrottleBackend:
 class ThrottledLoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return super().get_context_data(
+            sso=settings.OZ0_SSO,
+            sso_name=settings.OZ0_OIDC_PROVIDER_NAME,
+            sso_failed=self.request.GET.get("sso") == "failed",
+            local_passwords=not settings.OZ0_SSO or settings.OZ0_LOCAL_PASSWORDS,
+            **kwargs,
+        )
+
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if settings.OZ0_SSO and not settings.OZ0_LOCAL_PASSWORDS:
+            context = self.get_context_data(form=AuthenticationForm(request, data=None), passwords_off=True)
+            return self.render_to_response(context, status=403)
         if throttled(request, request.POST.get("username", "")):
             form = AuthenticationForm(request, data=None)
             context = self.get_context_data(form=form, throttled=True, throttle_minutes=WINDOW_SECONDS // 60)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
@@ -37,3 +38,26 @@ class RefuseNulMiddleware:
                 return JsonResponse({"error": {"key": "nul_byte", "detail": detail}}, status=400)
             return HttpResponseBadRequest(detail)
         return self.get_response(request)
+
+
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class RequestMetricsMiddleware:
+    """Each request's time, by method, route (the URL pattern, never the path: ids would make a
+    series each) and status class, into /metrics's histogram (counted in memory, see oz0site/metering.py)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        from oz0site.metering import meter
+
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = str(match.route) if match is not None and match.route else "unmatched"
+        method = request.method if request.method in KNOWN_METHODS else "other"
+        labels = (("method", method or "other"), ("route", route), ("status", f"{response.status_code // 100}xx"))
+        meter.observe("oz0_http_request_duration_seconds", labels, time.perf_counter() - started)
+        return response

@@ -4,11 +4,13 @@ Every value a deployment changes comes from an environment variable; a bad
 value fails loudly at start with the variable's name (see `oz0site.config`).
 """
 
+import ipaddress
 import os
 from pathlib import Path
 
 import environ
 
+from oz0site import tracing
 from oz0site.config import ConfigurationError, checked_database_url, checked_redis_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -45,9 +47,15 @@ INSTALLED_APPS = [
     "insights",
     "console",
     "notify",
+    "schedules",  # runs started on a clock (issue 33)
 ]
 
 MIDDLEWARE = [
+    # Traces, only when the installer's OTEL_* variables ask for them (oz0site/tracing.py).
+    *(["oz0site.tracing.TracingMiddleware"] if tracing.configured() else []),
+    # First: a request's latency for /metrics includes the wait for its workspace's share.
+    "oz0site.middleware.RequestMetricsMiddleware",
+    "oz0site.web_share.WebShareMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "oz0site.middleware.RefuseNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -55,6 +63,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A console page renders times in the signed-in person's own time zone (their settings).
+    "console.person_settings.PersonTimeZoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -96,6 +106,12 @@ if DB_POOL_SIZE > 0:
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="test_oz0")}
+# Behind PgBouncer in transaction pooling, a server-side cursor (a queryset's .iterator()) would
+# outlive the transaction its server connection was lent for. Django's client-side binding
+# prepares no statements, and the kernel's advisory locks are transaction-scoped: nothing else to
+# change. Migrations connect to PostgreSQL itself (deploy/README.md).
+DB_PGBOUNCER = env.bool("DB_PGBOUNCER", default=False)
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DB_PGBOUNCER
 
 REDIS_URL = checked_redis_url(env.str("REDIS_URL", default=""))
 
@@ -136,7 +152,12 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("OZ0_VISIBILITY_TIMEOUT", default=6 * 3600)}
+# A list per message priority (0 popped first): runs' priorities (runs.kernel.priorities) map onto them.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("OZ0_VISIBILITY_TIMEOUT", default=6 * 3600),
+    "priority_steps": list(range(10)),
+    "sep": "\x06\x16",
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = env.str("OZ0_QUEUE", default="oz0")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -148,11 +169,17 @@ OZ0_SESSION_QUEUE = env.str("OZ0_SESSION_QUEUE", default=f"{CELERY_TASK_DEFAULT_
 OZ0_SESSION_SLOTS = env.int("OZ0_SESSION_SLOTS", default=16)
 # The most of those threads one workspace's sessions hold at once; the rest wait their turn.
 OZ0_SESSION_SLOTS_PER_WORKSPACE = env.int("OZ0_SESSION_SLOTS_PER_WORKSPACE", default=8)
+# A session waiting on a person (an approval, oz.ask) longer than this is parked when its framework
+# can keep its state (Pydantic AI, the Agents SDK): the state is stored, its process ends, and the
+# decision resumes it in a new one; parked sessions hold no thread and count against no cap.
+OZ0_SESSION_PARK_SECONDS = env.float("OZ0_SESSION_PARK_SECONDS", default=60.0)
 # Worker processes `./oz0 up` starts on the main queue, and the most of them one workspace's tool
 # calls and model rounds hold at once (a hard cap; default half, at least one): a call over the
 # share stays queued in the database and is sent again, behind the others', when one of its
-# workspace's workers comes free.
-OZ0_WORKER_CONCURRENCY = env.int("OZ0_WORKER_CONCURRENCY", default=2)
+# workspace's workers comes free. Four by default, so one workspace's share (two) still runs two
+# parallel branches at once: with a share of one, a join-any's slow branch could take the
+# workspace's only worker first and hold its fast sibling behind it.
+OZ0_WORKER_CONCURRENCY = env.int("OZ0_WORKER_CONCURRENCY", default=4)
 OZ0_WORKER_SLOTS_PER_WORKSPACE = env.int("OZ0_WORKER_SLOTS_PER_WORKSPACE", default=max(1, OZ0_WORKER_CONCURRENCY // 2))
 # The run sweeps (expired claims, clocks, lost messages, ...) are no messages: beat runs them in a
 # thread of its own every OZ0_SWEEP_SECONDS (runs.worker.periodic.Sweeper), where no call can
@@ -160,11 +187,29 @@ OZ0_WORKER_SLOTS_PER_WORKSPACE = env.int("OZ0_WORKER_SLOTS_PER_WORKSPACE", defau
 # behind the work is stale, and the next one is on its way.
 OZ0_SWEEP_SECONDS = env.float("OZ0_SWEEP_SECONDS", default=2.0)
 OZ0_NOTIFY_SWEEP_SECONDS = env.float("OZ0_NOTIFY_SWEEP_SECONDS", default=30.0)
+# Schedules (schedules/firing.py): how often due schedules are looked for, and their shortest interval.
+OZ0_SCHEDULE_SWEEP_SECONDS = env.float("OZ0_SCHEDULE_SWEEP_SECONDS", default=10.0)
+OZ0_SCHEDULE_MIN_INTERVAL_SECONDS = env.int("OZ0_SCHEDULE_MIN_INTERVAL_SECONDS", default=60)
+OZ0_ROLLOUT_SWEEP_SECONDS = env.float("OZ0_ROLLOUT_SWEEP_SECONDS", default=60.0)
+# A signed trigger's body (schedules/triggers.py) is refused 413 past this many bytes.
+OZ0_TRIGGER_BODY_MAX = env.int("OZ0_TRIGGER_BODY_MAX", default=256 * 1024)
 CELERY_BEAT_SCHEDULE = {
     "notify-sweep": {
         "task": "notify.tasks.sweep",
         "schedule": OZ0_NOTIFY_SWEEP_SECONDS,
         "options": {"expires": OZ0_NOTIFY_SWEEP_SECONDS},
+    },
+    # A firer is safe to run twice at once (a compare-and-set on each schedule's next fire time).
+    "schedules-fire": {
+        "task": "schedules.tasks.fire_due",
+        "schedule": OZ0_SCHEDULE_SWEEP_SECONDS,
+        "options": {"expires": OZ0_SCHEDULE_SWEEP_SECONDS},
+    },
+    # Canaries that fail more than their stable version are rolled back (insights.canary).
+    "rollouts-sweep": {
+        "task": "insights.tasks.sweep_rollouts",
+        "schedule": OZ0_ROLLOUT_SWEEP_SECONDS,
+        "options": {"expires": OZ0_ROLLOUT_SWEEP_SECONDS},
     },
 }
 CELERY_TASK_ALWAYS_EAGER = False
@@ -193,6 +238,34 @@ PASSWORD_HASHERS = env.list(
 # to `user_login_failed` (oz0site/login.py).
 AUTHENTICATION_BACKENDS = ["oz0site.login.ThrottleBackend", "django.contrib.auth.backends.ModelBackend"]
 
+# Single sign-on through the installer's OpenID Connect provider (tenancy/sso.py; README "Single
+# sign-on"). On when a client id is set. Every address is the installer's: nothing a workspace
+# member sends names a provider. The groups claim maps to workspace roles
+# (OZ0_OIDC_GROUP_ROLES: `group=workspace:role`, comma-separated); local passwords may be turned off.
+OIDC_RP_CLIENT_ID = env.str("OZ0_OIDC_CLIENT_ID", default="")
+OZ0_SSO = bool(OIDC_RP_CLIENT_ID)
+OIDC_RP_CLIENT_SECRET = env.str("OZ0_OIDC_CLIENT_SECRET", default="")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env.str("OZ0_OIDC_AUTHORIZATION_ENDPOINT", default="")
+OIDC_OP_TOKEN_ENDPOINT = env.str("OZ0_OIDC_TOKEN_ENDPOINT", default="")
+OIDC_OP_USER_ENDPOINT = env.str("OZ0_OIDC_USERINFO_ENDPOINT", default="")
+OIDC_OP_JWKS_ENDPOINT = env.str("OZ0_OIDC_JWKS_ENDPOINT", default="")
+OIDC_RP_SIGN_ALGO = env.str("OZ0_OIDC_SIGN_ALGO", default="RS256")
+OIDC_RP_SCOPES = env.str("OZ0_OIDC_SCOPES", default="openid email profile groups")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env.float("OZ0_OIDC_TIMEOUT_SECONDS", default=10.0)
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+OZ0_OIDC_PROVIDER_NAME = env.str("OZ0_OIDC_PROVIDER_NAME", default="your company's sign-in")
+# When set, an ID token from any other issuer is refused.
+OZ0_OIDC_ISSUER = env.str("OZ0_OIDC_ISSUER", default="")
+OZ0_OIDC_GROUPS_CLAIM = env.str("OZ0_OIDC_GROUPS_CLAIM", default="groups")
+OZ0_OIDC_GROUP_ROLES = env.str("OZ0_OIDC_GROUP_ROLES", default="")
+OZ0_LOCAL_PASSWORDS = env.bool("OZ0_LOCAL_PASSWORDS", default=True)
+if OZ0_SSO:
+    AUTHENTICATION_BACKENDS.append("tenancy.sso.SsoBackend")
+    if not OZ0_LOCAL_PASSWORDS:
+        # No backend checks a password: the console's form, the admin's and any other refuse them.
+        AUTHENTICATION_BACKENDS.remove("django.contrib.auth.backends.ModelBackend")
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -203,7 +276,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# A test lane that runs `./oz0 up` (its collectstatic) keeps its files apart from the lanes beside it.
+STATIC_ROOT = Path(env.str("OZ0_STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -248,6 +322,10 @@ OZ0_VERB_BODY_MAX = env.int("OZ0_VERB_BODY_MAX", default=64 * 1024)
 OZ0_RATE_WRITES = env.int("OZ0_RATE_WRITES", default=1200)
 OZ0_RATE_READS = env.int("OZ0_RATE_READS", default=1200)
 OZ0_RATE_WINDOW_SECONDS = env.float("OZ0_RATE_WINDOW_SECONDS", default=60.0)
+# Each workspace's share of a web process (oz0site/web_share.py): its requests running at once
+# (0: no share); the rest wait their turn, up to the wait, then 503 `workspace_busy`.
+OZ0_WEB_SLOTS_PER_WORKSPACE = env.int("OZ0_WEB_SLOTS_PER_WORKSPACE", default=2)
+OZ0_WEB_SLOT_WAIT_SECONDS = env.float("OZ0_WEB_SLOT_WAIT_SECONDS", default=30.0)
 # Each workspace's quotas (0: none), refused 429/403 `quota_exceeded` naming the quota: runs not
 # finished, tasks one run holds from people's creates and appends, bytes of its runs' stored inputs.
 OZ0_QUOTA_ACTIVE_RUNS = env.int("OZ0_QUOTA_ACTIVE_RUNS", default=1000)
@@ -260,6 +338,12 @@ OZ0_LEASE_SECONDS = env.float("OZ0_LEASE_SECONDS", default=30.0)
 OZ0_HEARTBEAT_SECONDS = env.float("OZ0_HEARTBEAT_SECONDS", default=1.0)
 # A ready task whose Celery message never arrived is sent again after this long.
 OZ0_REQUEUE_SECONDS = env.float("OZ0_REQUEUE_SECONDS", default=15.0)
+# A queued call over its workspace's share gains one priority step per this many seconds waited.
+OZ0_PRIORITY_AGING_SECONDS = env.float("OZ0_PRIORITY_AGING_SECONDS", default=30.0)
+# Canary rollouts (oz0agents.rollouts): the sweep rolls a canary back when its failure rate passes
+# the stable version's by more than the margin, once each has this many finished runs.
+OZ0_CANARY_MARGIN = env.float("OZ0_CANARY_MARGIN", default=0.10)
+OZ0_CANARY_MIN_RUNS = env.int("OZ0_CANARY_MIN_RUNS", default=20)
 OZ0_APPROVAL_PARK_SECONDS = env.float("OZ0_APPROVAL_PARK_SECONDS", default=24 * 3600)
 OZ0_PROVIDER_ATTEMPTS = env.int("OZ0_PROVIDER_ATTEMPTS", default=3)
 # A tool call's deadline from its claim when neither the task nor the agent's manifest gives one.
@@ -289,6 +373,34 @@ OZ0_SWEEP_HEARTBEAT_KEY = env.str("OZ0_SWEEP_HEARTBEAT_KEY", default=f"oz0:sweep
 OZ0_DATABASE_RETRY_SECONDS = env.float("OZ0_DATABASE_RETRY_SECONDS", default=600.0)
 # How long an Idempotency-Key's first answer is kept (runs/idempotency.py).
 OZ0_IDEMPOTENCY_SECONDS = env.float("OZ0_IDEMPOTENCY_SECONDS", default=24 * 3600.0)
+# /metrics (oz0site/metrics.py): reached with `Authorization: Bearer <OZ0_METRICS_TOKEN>` or from an
+# address of OZ0_METRICS_ADDRESSES (addresses or networks, comma-separated); nobody else (404).
+# Processes add what they counted into Redis every OZ0_METRICS_FLUSH_SECONDS (oz0site/metering.py).
+OZ0_METRICS_TOKEN = env.str("OZ0_METRICS_TOKEN", default="")
+if OZ0_METRICS_TOKEN and len(OZ0_METRICS_TOKEN) < 24:
+    raise ConfigurationError("OZ0_METRICS_TOKEN must be at least 24 characters (a long random value)")
+OZ0_METRICS_ADDRESSES = env.list("OZ0_METRICS_ADDRESSES", default=[])
+try:
+    OZ0_METRICS_NETWORKS = [ipaddress.ip_network(a.strip(), strict=False) for a in OZ0_METRICS_ADDRESSES if a.strip()]
+except ValueError as error:
+    raise ConfigurationError(f"OZ0_METRICS_ADDRESSES: {error}") from None
+OZ0_METRICS_FLUSH_SECONDS = env.float("OZ0_METRICS_FLUSH_SECONDS", default=1.0)
+
+# Retention (runs/retention.py): days a finished run's trace (its audit rows with it) and findings are
+# kept, for a workspace that sets none of its own (0: for ever); beat prunes every OZ0_PRUNE_SECONDS,
+# at most OZ0_PRUNE_BATCH rows per statement.
+OZ0_RETENTION_DAYS = env.int("OZ0_RETENTION_DAYS", default=0)
+OZ0_PRUNE_SECONDS = env.float("OZ0_PRUNE_SECONDS", default=3600.0)
+OZ0_PRUNE_BATCH = env.int("OZ0_PRUNE_BATCH", default=5000)
+if OZ0_RETENTION_DAYS < 0 or OZ0_PRUNE_BATCH <= 0 or OZ0_PRUNE_SECONDS <= 0:
+    raise ConfigurationError("OZ0_RETENTION_DAYS must be 0 or more, OZ0_PRUNE_BATCH and OZ0_PRUNE_SECONDS positive")
+# Firings and trigger deliveries past their workspace's retention (schedules/retention.py): a
+# message, since the schedules app is above runs (beat's Pruner thread is the runs app's).
+CELERY_BEAT_SCHEDULE["schedules-prune"] = {
+    "task": "schedules.tasks.prune",
+    "schedule": OZ0_PRUNE_SECONDS,
+    "options": {"expires": OZ0_PRUNE_SECONDS},
+}
 
 # Agents written in frameworks (F7, docs/harnesses.md): the installer, never a workspace, decides
 # what code they run, and each harness process is confined (runs/worker/harness/sandbox.py).

@@ -9,23 +9,17 @@ from django.http import HttpRequest
 from ninja import Query, Router
 
 from oz0site.auth import person_auth
-from runs import idempotency, kernel, selectors, waits
-from runs.kernel import MAX_PAYLOAD_BYTES, InvalidRequest
+from runs import idempotency, kernel, run_list, selectors, waits
+from runs.kernel import MAX_PAYLOAD_BYTES, BodyShape, InvalidRequest
 from runs.permissions import can_read_content
 from runs.schemas import (
     Appended,
-    AwaitOutcomeIn,
-    DigestIn,
     ErrorOut,
-    ReasonIn,
-    ResolveIn,
-    RetryTaskIn,
     RunCreated,
     RunOnly,
     RunOut,
     RunPage,
     TraceOut,
-    ValueIn,
     WaitOut,
     read_body,
 )
@@ -36,10 +30,13 @@ router = Router(tags=["runs"])
 OPERATE_WS = person_auth("operator", where="ws", body_max=MAX_PAYLOAD_BYTES, rate="write")
 OPERATE_BUILD = person_auth("operator", where="run_id", body_max=MAX_PAYLOAD_BYTES, rate="write")
 OPERATE_RUN = person_auth("operator", where="run_id", rate="write")
+# An approval may carry the edited arguments of a call, which a model's call may make as large as a payload.
+APPROVE_RUN = person_auth("operator", where="run_id", body_max=MAX_PAYLOAD_BYTES, rate="write")
 # An await's token names its workspace: a member anywhere gets the kernel's answer (404 or 403).
 RESOLVE_AWAIT = person_auth("viewer", where="any", rate="write", missing="await")
 READ_WS = person_auth("viewer", where="ws", rate="read")
 READ_RUN = person_auth("viewer", where="run_id")
+WAIT_RUN = person_auth("viewer", where="run_id", shared=False)
 READ_RUN_EXPENSIVE = person_auth("viewer", where="run_id", rate="read")
 
 ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 429: ErrorOut}
@@ -64,10 +61,22 @@ def body_fields(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
-def request_body(schema: dict[str, Any]) -> dict[str, Any]:
+def request_body(schema: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
     """A route's body as the OpenAPI document shows it, when the view reads the body itself (the
-    kernel's compile validates it, and wrote `schema`): ninja then neither parses nor validates it."""
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    kernel validates it, and wrote `schema`): ninja then neither parses nor validates it."""
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
+
+
+def shaped_body(shape: BodyShape) -> dict[str, Any]:
+    """A verb's body as the document shows it: the kernel's shape, whose `read_fields` checks it."""
+    return request_body(kernel.body_schema(shape), required=not shape.optional)
+
+
+def fields_of(request: HttpRequest, shape: BodyShape) -> dict[str, Any]:
+    """The request's body checked against a verb's shape by the kernel (typed 400s). No body at
+    all is an optional shape's empty one, and a required shape's refusal."""
+    body = body_of(request)
+    return kernel.read_fields(shape, body if request.body.strip() else None)
 
 
 def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
@@ -95,10 +104,20 @@ def create_run(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
 
 @router.get("/workspaces/{ws}/runs", auth=READ_WS, response={200: RunPage, **ERRORS}, summary="List a workspace's runs")
 def list_runs(
-    request: HttpRequest, ws: str, status: str | None = None, agent: str | None = None, cursor: str | None = None, limit: int = 50
+    request: HttpRequest,
+    ws: str,
+    status: str | None = None,
+    agent: str | None = None,
+    creator: str | None = None,
+    run: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
 ) -> dict[str, Any]:
+    """Newest first; `status` (comma separated), `agent`, `creator` (a username) and `run` (an id
+    or its first hex digits) narrow the list. `next` pages the same filter only."""
     workspace = selectors.workspace_for(request.user, ws)
-    return selectors.runs_page(request.user, workspace, status=status, agent=agent, cursor=cursor, limit=max(1, min(limit, 200)))
+    run_filter = run_list.parse_run_filter({"status": status, "agent": agent, "creator": creator, "run": run})
+    return run_list.runs_page(request.user, workspace, run_filter, cursor=cursor, limit=max(1, min(limit, 200)))
 
 
 @router.get("/runs/{run_id}", auth=READ_RUN, response={200: RunOut, **ERRORS}, summary="The run document")
@@ -151,7 +170,7 @@ def trace(request: HttpRequest, run_id: str, after: int = 0, limit: int = 10_000
 
 
 @router.get(
-    "/runs/{run_id}/wait", auth=READ_RUN, response={200: WaitOut, **ERRORS}, by_alias=True, summary="Wait for events past a seq"
+    "/runs/{run_id}/wait", auth=WAIT_RUN, response={200: WaitOut, **ERRORS}, by_alias=True, summary="Wait for events past a seq"
 )
 async def wait(
     request: HttpRequest,
@@ -196,12 +215,14 @@ def _verb(request: HttpRequest, run_id: str, action: Any, **kwargs: Any) -> dict
     auth=OPERATE_RUN,
     response={200: RunOnly, **ERRORS},
     summary="Retry a failed task (S14-S16)",
+    openapi_extra=shaped_body(kernel.RETRY_BODY),
 )
-def retry(request: HttpRequest, run_id: str, key: str, payload: RetryTaskIn | None = None) -> dict[str, Any]:
+def retry(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
     """A harnessed round that already made non-replayable calls answers 409
     `nonreplayable_calls_made` with the calls listed (`error.calls`) unless `confirm_calls` names
     each of them."""
-    return _verb(request, run_id, kernel.retry, key=key, confirm_calls=body_fields(request).get("confirm_calls"))
+    confirm_calls = fields_of(request, kernel.RETRY_BODY).get("confirm_calls")
+    return _verb(request, run_id, kernel.retry, key=key, confirm_calls=confirm_calls)
 
 
 @router.post(
@@ -226,22 +247,35 @@ def compact(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
 
 @router.post(
     "/runs/{run_id}/tasks/{key}/approve",
-    auth=OPERATE_RUN,
+    auth=APPROVE_RUN,
     response={200: RunOnly, **ERRORS},
-    summary="Approve a tool call (S5, S6)",
+    summary="Approve a tool call, as it is or with edited arguments (S5, S6)",
+    openapi_extra=shaped_body(kernel.APPROVE_BODY),
 )
-def approve(request: HttpRequest, run_id: str, key: str, payload: DigestIn | None = None) -> dict[str, Any]:
+def approve(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
     """Given the `digest` the approver saw (the inbox item's), a call that changed since answers
-    409 `approval_stale` and nothing changes."""
-    return _verb(request, run_id, kernel.approve, key=key, digest=body_fields(request).get("digest"))
+    409 `approval_stale` and nothing changes. Given `args` too, the call runs with those arguments
+    instead (the console's edit-then-approve, `kernel.approve_edited`): its own digest, the trace's
+    verb event holding both calls, the model told who edited them; refused, changing nothing, for a
+    framework's own tool (409 `not_editable`), an edit a rule of the run denies
+    (`edit_denied_by_rule`) or one that changes whether the call is replayable
+    (`edit_changes_replayability`)."""
+    body = fields_of(request, kernel.APPROVE_BODY)
+    if body.get("args") is not None:
+        return _verb(request, run_id, kernel.approve_edited, key=key, digest=body.get("digest"), args=body["args"])
+    return _verb(request, run_id, kernel.approve, key=key, digest=body.get("digest"))
 
 
 @router.post(
-    "/runs/{run_id}/tasks/{key}/deny", auth=OPERATE_RUN, response={200: RunOnly, **ERRORS}, summary="Deny a tool call (S5, S6)"
+    "/runs/{run_id}/tasks/{key}/deny",
+    auth=OPERATE_RUN,
+    response={200: RunOnly, **ERRORS},
+    summary="Deny a tool call (S5, S6)",
+    openapi_extra=shaped_body(kernel.REASON_BODY),
 )
-def deny(request: HttpRequest, run_id: str, key: str, payload: ReasonIn | None = None) -> dict[str, Any]:
-    body = body_fields(request)
-    return _verb(request, run_id, kernel.deny, key=key, reason=str(body.get("reason", "")))
+def deny(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
+    reason = fields_of(request, kernel.REASON_BODY).get("reason", "")
+    return _verb(request, run_id, kernel.deny, key=key, reason=reason)
 
 
 @router.post(
@@ -249,9 +283,10 @@ def deny(request: HttpRequest, run_id: str, key: str, payload: ReasonIn | None =
     auth=OPERATE_RUN,
     response={200: RunOnly, **ERRORS},
     summary="Answer a model's question (S9)",
+    openapi_extra=shaped_body(kernel.ANSWER_BODY),
 )
-def answer(request: HttpRequest, run_id: str, key: str, payload: ValueIn) -> dict[str, Any]:
-    return _verb(request, run_id, kernel.answer, key=key, value=body_fields(request).get("value"))
+def answer(request: HttpRequest, run_id: str, key: str) -> dict[str, Any]:
+    return _verb(request, run_id, kernel.answer, key=key, value=fields_of(request, kernel.ANSWER_BODY).get("value"))
 
 
 @router.post(
@@ -259,12 +294,13 @@ def answer(request: HttpRequest, run_id: str, key: str, payload: ValueIn) -> dic
     auth=RESOLVE_AWAIT,
     response={200: RunOnly, **ERRORS},
     summary="Resolve a client await with its token (S8, S32)",
+    openapi_extra=shaped_body(kernel.RESOLVE_BODY),
 )
-def resolve_await(request: HttpRequest, payload: ResolveIn) -> dict[str, Any]:
+def resolve_await(request: HttpRequest) -> dict[str, Any]:
     """The token rides in the body, so access logs never hold it; resolving needs write standing
     in the await's workspace, as every write surface does. The body gives the await its `value`,
     or says what it waited on failed (`error`: await_failed)."""
-    body = body_fields(request)
+    body = fields_of(request, kernel.RESOLVE_BODY)
     run = kernel.resolve_await(token=body.get("token"), user=request.user, value=body.get("value"), error=body.get("error"))
     return {"run": _document(request, run)}
 
@@ -274,18 +310,25 @@ def resolve_await(request: HttpRequest, payload: ResolveIn) -> dict[str, Any]:
     auth=RESOLVE_AWAIT,
     response={200: RunOnly, **ERRORS},
     summary="Resolve a client await with its token in the path (S8)",
+    openapi_extra=shaped_body(kernel.AWAIT_OUTCOME_BODY),
 )
-def resolve_await_by_path(request: HttpRequest, token: str, payload: AwaitOutcomeIn) -> dict[str, Any]:
+def resolve_await_by_path(request: HttpRequest, token: str) -> dict[str, Any]:
     """API.md's form; prefer POST /awaits with the token in the body, which stays out of access logs."""
-    body = body_fields(request)
+    body = fields_of(request, kernel.AWAIT_OUTCOME_BODY)
     run = kernel.resolve_await(token=token, user=request.user, value=body.get("value"), error=body.get("error"))
     return {"run": _document(request, run)}
 
 
-@router.post("/runs/{run_id}/cancel", auth=OPERATE_RUN, response={200: RunOnly, **ERRORS}, summary="Cancel a run")
-def cancel(request: HttpRequest, run_id: str, payload: ReasonIn | None = None) -> dict[str, Any]:
-    body = body_fields(request)
-    return _verb(request, run_id, kernel.cancel_run, reason=str(body.get("reason", "")))
+@router.post(
+    "/runs/{run_id}/cancel",
+    auth=OPERATE_RUN,
+    response={200: RunOnly, **ERRORS},
+    summary="Cancel a run",
+    openapi_extra=shaped_body(kernel.REASON_BODY),
+)
+def cancel(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    reason = fields_of(request, kernel.REASON_BODY).get("reason", "")
+    return _verb(request, run_id, kernel.cancel_run, reason=reason)
 
 
 @router.post("/runs/{run_id}/pause", auth=OPERATE_RUN, response={200: RunOnly, **ERRORS}, summary="Pause dispatching")

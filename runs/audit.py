@@ -33,7 +33,21 @@ AUDIT_EVENTS = ("verb", "appended")
 MAX_LIMIT = 200
 FILTER_TEXT_MAX = 150  # an actor is a username (150 characters at most)
 # The trail's columns; CSV cells are these, in this order.
-CSV_COLUMNS = ("at", "actor", "verb", "run", "task", "agent", "reason", "answer", "tasks", "content_visible")
+CSV_COLUMNS = (
+    "at",
+    "actor",
+    "verb",
+    "run",
+    "task",
+    "agent",
+    "reason",
+    "answer",
+    "tasks",
+    "content_visible",
+    "edited",
+    "original_args",
+    "args",
+)
 # A cell a spreadsheet would read as a formula starts with one of these (OWASP: CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -167,6 +181,11 @@ def entry_document(user: Any, event: TraceEvent) -> dict[str, Any]:
         "reason": data.get("message") if content else None,
         "answer": data.get("value") if content and has_value else None,
         "has_answer": has_value,
+        # An approval of arguments the person edited: that it was edited is for everyone, both
+        # calls' arguments (the run's words) for content readers only.
+        "edited": bool(data.get("edited")) if verb == "approve" else False,
+        "original_args": data.get("original_args") if content and data.get("edited") else None,
+        "args": data.get("args") if content and data.get("edited") else None,
     }
 
 

@@ -29,6 +29,11 @@ class AuditEntry(Schema):
     reason: str | None = None
     answer: Any = None
     has_answer: bool
+    # An approval of arguments the approver edited (issue 30): for everyone; the original and the
+    # edited arguments only for those who may read the run's words (F11, F12), null for the rest.
+    edited: bool = False
+    original_args: Any = None
+    args: Any = None
 
 
 AuditPage = Page[AuditEntry]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -22,7 +24,7 @@ from oz0agents.models import AgentVersion
 from runs import failures
 from runs.kernel import InvalidRequest, nonreplayable_calls, repair_candidates_of
 from runs.models import TASK_FAILED, Run, RunStatus, Task
-from runs.permissions import can_read_content
+from runs.permissions import behind_a_wall, can_read_content
 from runs.selectors import task_error
 from tenancy.models import Workspace
 
@@ -39,6 +41,17 @@ def held_runs(user: Any, workspace: Workspace, *, run_ids: list[Any] | None = No
     return hold_documents(user, runs)
 
 
+def run_hold_document(user: Any, run: Run) -> dict[str, Any]:
+    """One run's repair card (the run page's). Its candidates come from the trace (S15, S16), but
+    a candidate is a failed task with no resolution whose policy is not absorb (or an uncertain
+    call), and the rows are the trace replayed: with no such row there is none, and a long trace
+    is not read to learn it."""
+    failed = list(Task.objects.filter(run=run, status__in=TASK_FAILED).order_by("position"))
+    possible = any(t.failure_resolution is None and (t.on_failure != "absorb" or t.status == "uncertain") for t in failed)
+    candidates = repair_candidates_of([run.pk])[run.pk] if possible else []
+    return hold_document(user, run, failed, candidates, timezone.now())
+
+
 def hold_documents(user: Any, runs: list[Run]) -> list[dict[str, Any]]:
     if not runs:
         return []
@@ -47,11 +60,41 @@ def hold_documents(user: Any, runs: list[Run]) -> list[dict[str, Any]]:
     for task in Task.objects.filter(run_id__in=ids, status__in=TASK_FAILED).order_by("position"):
         failed[task.run_id].append(task)
     candidates = repair_candidates_of(ids)
+    stranding = deliverable_needs(ids, [key for keys in candidates.values() for key in keys])
     now = timezone.now()
-    return [hold_document(user, run, failed[run.pk], candidates[run.pk], now) for run in runs]
+    return [hold_document(user, run, failed[run.pk], candidates[run.pk], now, stranding[run.pk]) for run in runs]
 
 
-def hold_document(user: Any, run: Run, failed_tasks: list[Task], candidates: list[str], now: datetime) -> dict[str, Any]:
+# The deliverable's sources whose failure skips it: a join that completes without every source
+# ("any", "quorum") or settles on failures ("settled") stops the walk, as it does not skip.
+DELIVERABLE_NEEDS = """
+WITH RECURSIVE needed(run_id, key) AS (
+    SELECT id, deliverable::text FROM runs_run WHERE id = ANY(%s) AND deliverable <> ''
+    UNION
+    SELECT task.run_id, unnest(task.after)::text FROM runs_task task
+    JOIN needed ON task.run_id = needed.run_id AND task.key = needed.key
+    WHERE NOT (task.kind = 'join' AND coalesce(task.spec->>'mode', 'all') <> 'all')
+)
+SELECT run_id, key FROM needed WHERE key = ANY(%s)
+"""
+
+
+def deliverable_needs(run_ids: list[Any], keys: list[str]) -> dict[Any, set[str]]:
+    """Of these keys, per run: the deliverable itself and the tasks it cannot do without, whose
+    abandon leaves the run held as `deliverable_unresolved` (said before the click)."""
+    needs: dict[Any, set[str]] = defaultdict(set)
+    if not run_ids or not keys:
+        return needs
+    with connection.cursor() as cursor:
+        cursor.execute(DELIVERABLE_NEEDS, [list(run_ids), list(dict.fromkeys(keys))])
+        for run_id, key in cursor.fetchall():
+            needs[run_id].add(key)
+    return needs
+
+
+def hold_document(
+    user: Any, run: Run, failed_tasks: list[Task], candidates: list[str], now: datetime, stranding: AbstractSet[str] = frozenset()
+) -> dict[str, Any]:
     content = can_read_content(user, run)
     attention = run.attention or {}
     since = run.held_since or run.updated_at
@@ -65,12 +108,19 @@ def hold_document(user: Any, run: Run, failed_tasks: list[Task], candidates: lis
         "since": since,
         "waited_seconds": max(0, int((now - since).total_seconds())),
         "content_visible": content,
+        # Someone else's private run, told apart from a role that reads no words (issue 30.8).
+        "private_of": (run.created_by.get_username() if run.created_by else "its creator")
+        if run.private and not content
+        else None,
+        # Behind a wall around the run's agent (F11): that agent's name.
+        "walled": run.agent_name if not content and behind_a_wall(user, run) else None,
         "candidates": candidates,
-        "failed": [failed_task_document(t, content, t.key in candidates) for t in failed_tasks],
+        "deliverable": run.deliverable or None,
+        "failed": [failed_task_document(t, content, t.key in candidates, t.key in stranding) for t in failed_tasks],
     }
 
 
-def failed_task_document(task: Task, content: bool, candidate: bool) -> dict[str, Any]:
+def failed_task_document(task: Task, content: bool, candidate: bool, strands_deliverable: bool = False) -> dict[str, Any]:
     # A delegate task whose child failed shows the child's kind and flags (F14).
     failure = (
         failures.step_failure(
@@ -96,6 +146,8 @@ def failed_task_document(task: Task, content: bool, candidate: bool) -> dict[str
         "compactable": candidate and task.kind == "round",
         # A harnessed round's non-replayable calls, which its retry must confirm (its agent may make them again).
         "nonreplayable_calls": nonreplayable_calls(task) if candidate and task.kind == "round" else [],
+        # Abandoning it leaves the run held (its deliverable unresolved): the page offers abandon and cancel.
+        "strands_deliverable": candidate and strands_deliverable,
     }
 
 
@@ -103,7 +155,7 @@ def failed_task_document(task: Task, content: bool, candidate: bool) -> dict[str
 
 # The most runs one bulk request repairs (API and console alike); a wider filter answers `more`.
 BULK_CAP = 200
-FILTER_FIELDS = ("agent", "version", "kind", "error_key", "min_age_seconds", "runs", "all")
+FILTER_FIELDS = ("agent", "version", "kind", "error_key", "min_age_seconds", "mine", "runs", "all")
 TEXT_MAX = 100
 AGE_MAX_SECONDS = 10 * 365 * 86400
 
@@ -121,6 +173,8 @@ class HoldFilter:
     kind: str | None = None
     error_key: str | None = None
     min_age_seconds: int | None = None
+    # "Created by me": the id of the person asking, taken from the request, never from the form.
+    created_by: int | None = None
     runs: tuple[uuid.UUID, ...] | None = None
     all: bool = False
 
@@ -153,6 +207,8 @@ class HoldFilter:
             parts.append(f"error key {self.error_key}")
         if self.min_age_seconds is not None:
             parts.append(f"held at least {self.min_age_seconds}s")
+        if self.created_by is not None:
+            parts.append("created by you")
         if self.runs is not None:
             parts.append(f"among {len(self.runs)} chosen")
         return ", ".join(parts)
@@ -161,6 +217,7 @@ class HoldFilter:
         """The filter as form fields (name, value), for the console's hidden inputs."""
         fields = [(name, str(getattr(self, name))) for name in ("agent", "version", "kind", "error_key", "min_age_seconds")]
         fields = [(name, value) for name, value in fields if value != "None"]
+        fields += [("mine", "1")] if self.created_by is not None else []
         fields += [("runs", str(run)) for run in self.runs or ()]
         return fields + ([("all", "1")] if self.all else [])
 
@@ -175,8 +232,9 @@ def declared_kinds(workspace: Workspace) -> set[str]:
     return declared
 
 
-def parse_hold_filter(body: Mapping[str, Any], workspace: Workspace) -> HoldFilter:
-    """A bulk repair's filter from a JSON object; anything malformed is a typed 400 (InvalidRequest)."""
+def parse_hold_filter(body: Mapping[str, Any], workspace: Workspace, user: Any = None) -> HoldFilter:
+    """A bulk repair's filter from a JSON object; anything malformed is a typed 400 (InvalidRequest).
+    `mine: true` keeps the runs `user` created (the person asking: never an id the body names)."""
     unknown = set(body) - set(FILTER_FIELDS)
     if unknown:
         raise InvalidRequest("unknown_field", f"unknown filter field(s): {', '.join(sorted(map(str, unknown)))[:300]}")
@@ -193,13 +251,26 @@ def parse_hold_filter(body: Mapping[str, Any], workspace: Workspace) -> HoldFilt
     everything = body.get("all", False)
     if not isinstance(everything, bool):
         raise InvalidRequest("invalid_filter", "all must be true or false")
+    mine = body.get("mine", False)
+    if not isinstance(mine, bool) and mine is not None:
+        raise InvalidRequest("invalid_filter", "mine must be true or false")
+    creator = getattr(user, "pk", None) if mine else None
+    if mine and creator is None:
+        raise InvalidRequest("invalid_filter", "mine needs a signed-in person")
     hold_filter = HoldFilter(
-        agent=agent, version=version, kind=kind, error_key=error_key, min_age_seconds=min_age, runs=_run_ids(body), all=everything
+        agent=agent,
+        version=version,
+        kind=kind,
+        error_key=error_key,
+        min_age_seconds=min_age,
+        created_by=creator,
+        runs=_run_ids(body),
+        all=everything,
     )
     if hold_filter == HoldFilter():
         raise InvalidRequest(
             "empty_filter",
-            "name runs or a filter (agent, version, kind, error_key, min_age_seconds), or all: true for every held run",
+            "name runs or a filter (agent, version, kind, error_key, min_age_seconds, mine), or all: true for every held run",
         )
     return hold_filter
 
@@ -217,6 +288,9 @@ def _whole(body: Mapping[str, Any], name: str, low: int, high: int) -> int | Non
     value = body.get(name)
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():
+        # JSON has one number type: 1.0 is the whole number 1, as the document's `integer` says.
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidRequest("invalid_filter", f"{name} must be a whole number from {low} to {high}")
     return value
@@ -254,6 +328,8 @@ def held_runs_query(workspace: Workspace, hold_filter: HoldFilter) -> QuerySet[R
         runs = runs.filter(agent_version__version=hold_filter.version)
     if hold_filter.min_age_seconds is not None:
         runs = runs.filter(held_since__lte=timezone.now() - timedelta(seconds=hold_filter.min_age_seconds))
+    if hold_filter.created_by is not None:
+        runs = runs.filter(created_by_id=hold_filter.created_by)
     if hold_filter.runs is not None:
         runs = runs.filter(pk__in=hold_filter.runs)
     return runs.filter(Exists(Task.objects.filter(hold_filter.task_q(), run=OuterRef("pk"))))
@@ -270,14 +346,19 @@ def repair_targets(runs: list[Run], hold_filter: HoldFilter) -> dict[Any, list[T
     return targets
 
 
-def select_held_runs(workspace: Workspace, hold_filter: HoldFilter, *, cap: int = BULK_CAP) -> tuple[list[dict[str, Any]], bool]:
+def select_held_runs(
+    workspace: Workspace, hold_filter: HoldFilter, *, user: Any = None, cap: int = BULK_CAP
+) -> tuple[list[dict[str, Any]], bool]:
     """Up to `cap` held runs the filter chooses, oldest hold first, each with the tasks a bulk verb
     would act on, and whether more runs matched than the cap. A preview and the repair that follows
-    read this same function."""
-    runs = list(held_runs_query(workspace, hold_filter).select_related("agent_version").order_by("held_since", "id")[: cap + 1])
+    read this same function. Each run says whose it is (creator, private, whether it is `user`'s)
+    and its first target's failure message as `user` may read it (F11: none for a closed reader)."""
+    query = held_runs_query(workspace, hold_filter).select_related("agent_version", "created_by", "workspace")
+    runs = list(query.order_by("held_since", "id")[: cap + 1])
     more = len(runs) > cap
     runs = runs[:cap]
     targets = repair_targets(runs, hold_filter)
+    stranding = deliverable_needs([run.pk for run in runs], [task.key for tasks in targets.values() for task in tasks])
     now = timezone.now()
     chosen = []
     for run in runs:
@@ -285,6 +366,7 @@ def select_held_runs(workspace: Workspace, hold_filter: HoldFilter, *, cap: int 
         if not tasks:
             continue  # a failed task that is no candidate (absorbed by a race, S16) is nothing to repair
         since = run.held_since or run.updated_at
+        content = user is not None and can_read_content(user, run)
         chosen.append(
             {
                 "run": str(run.pk),
@@ -293,9 +375,28 @@ def select_held_runs(workspace: Workspace, hold_filter: HoldFilter, *, cap: int 
                 "task_keys": [task.key for task in tasks],
                 "kinds": list(dict.fromkeys(failures.task_kind(task.error_key, task.result) for task in tasks)),
                 "waited_seconds": max(0, int((now - since).total_seconds())),
+                "since": since,
+                # An abandon of these leaves the run held, its deliverable unresolved.
+                "strands_deliverable": any(task.key in stranding[run.pk] for task in tasks),
+                "creator": run.created_by.get_username() if run.created_by else None,
+                "private": run.private,
+                "mine": user is not None and run.created_by_id == getattr(user, "pk", None),
+                "error_key": tasks[0].error_key,
+                "message": tasks[0].error_detail if content else None,
+                "content_visible": content,
             }
         )
     return chosen, more
+
+
+def whose(chosen: list[dict[str, Any]]) -> dict[str, int]:
+    """How many of the chosen runs are someone else's, and how many private: a filter that reaches
+    past the person's own runs says so before the click."""
+    return {
+        "others": sum(1 for item in chosen if not item["mine"]),
+        "private": sum(1 for item in chosen if item["private"]),
+        "others_private": sum(1 for item in chosen if item["private"] and not item["mine"]),
+    }
 
 
 def held_agents(workspace: Workspace) -> list[str]:

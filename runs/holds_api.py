@@ -1,6 +1,6 @@
 """Bulk repair in the JSON API: POST /workspaces/{ws}/holds/retry and /holds/abandon.
 
-The body is a filter (agent, version, kind, error_key, min_age_seconds, runs, all) plus `dry_run`;
+The body is a filter (agent, version, kind, error_key, min_age_seconds, mine, runs, all) plus `dry_run`;
 runs/holds.py selects the runs and runs/repair.py repairs them, one
 transaction per run, so the API and the Holds page act the same. At most BULK_CAP runs per
 request; `more: true` says the filter matched more.
@@ -24,7 +24,7 @@ router = Router(tags=["holds"])
 
 
 class BulkRunResult(Schema):
-    """One run's outcome: retried, abandoned or skipped (with the reason's key and words)."""
+    """One run's outcome: retried, abandoned, abandoned and canceled, or skipped (with the reason's key and words)."""
 
     run: str
     task_keys: list[str]
@@ -42,6 +42,12 @@ class BulkPreviewRun(Schema):
     task_keys: list[str]
     kinds: list[str]
     waited_seconds: int
+    # An abandon of these tasks alone leaves the run held: its deliverable needs them.
+    strands_deliverable: bool = False
+    # Whose run it is: its creator's username, whether it is private, and whether it is the caller's.
+    creator: str | None = None
+    private: bool = False
+    mine: bool = False
 
 
 class BulkRepairOut(Schema):
@@ -53,6 +59,10 @@ class BulkRepairOut(Schema):
     more: bool
     count: int
     skipped: int | None = None
+    # A preview's: how many of its runs are other people's, how many private, and how many both.
+    others: int | None = None
+    private: int | None = None
+    others_private: int | None = None
     runs: list[BulkPreviewRun] | None = None
     results: list[BulkRunResult] | None = None
 
@@ -84,6 +94,7 @@ FILTER_BODY = {
                         "maxItems": BULK_CAP,
                         "items": {"type": "string", "format": "uuid"},
                     },
+                    "mine": {"type": ["boolean", "null"], "description": "only the runs the caller created"},
                     "all": {"type": "boolean"},
                     "dry_run": {"type": "boolean", "default": False},
                 },
@@ -93,6 +104,7 @@ FILTER_BODY = {
                         for name in ("agent", "error_key", "kind", "version", "min_age_seconds", "runs")
                     ),
                     {"required": ["all"], "properties": {"all": {"const": True}}},
+                    {"required": ["mine"], "properties": {"mine": {"const": True}}},
                 ],
             }
         }
@@ -108,7 +120,7 @@ def _bulk(request: HttpRequest, ws: str, verb: str) -> dict[str, Any]:
     dry_run = body.pop("dry_run", False)
     if not isinstance(dry_run, bool):
         raise InvalidRequest("invalid_filter", "dry_run must be true or false")
-    return bulk_repair(workspace, request.user, verb, parse_hold_filter(body, workspace), dry_run=dry_run)
+    return bulk_repair(workspace, request.user, verb, parse_hold_filter(body, workspace, request.user), dry_run=dry_run)
 
 
 @router.post(
@@ -133,3 +145,15 @@ def retry_holds(request: HttpRequest, ws: str) -> dict[str, Any]:
 )
 def abandon_holds(request: HttpRequest, ws: str) -> dict[str, Any]:
     return _bulk(request, ws, "abandon")
+
+
+@router.post(
+    "/workspaces/{ws}/holds/abandon_and_cancel",
+    auth=person_auth("operator", where="ws", rate="write"),
+    response={200: BulkRepairOut, **ERRORS},
+    summary="Abandon many held runs' failures and cancel each run (S14)",
+    openapi_extra={"requestBody": FILTER_BODY},
+    exclude_none=True,
+)
+def abandon_and_cancel_holds(request: HttpRequest, ws: str) -> dict[str, Any]:
+    return _bulk(request, ws, "abandon_and_cancel")

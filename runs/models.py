@@ -14,9 +14,11 @@ import uuid
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector
 from django.db import models
 from django.db.models import F, Q
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KT, KeyTextTransform
 
 
 class RunStatus(models.TextChoices):
@@ -36,6 +38,11 @@ RUN_FINISHED = (RunStatus.COMPLETED, RunStatus.CANCELED)
 RUN_OPEN = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.NEEDS_ATTENTION)
 # A run whose queued work may be taken and whose quiescence is judged.
 RUN_WORKING = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.NEEDS_ATTENTION)
+
+
+# The words of a run's failure as a text-search document: 'simple' (no stemming, no stop words),
+# since messages are ids, names and error text more than prose in one language.
+FAILURE_MESSAGE_VECTOR = SearchVector(KeyTextTransform("message", "failure"), config="simple")
 
 
 class Run(models.Model):
@@ -72,12 +79,24 @@ class Run(models.Model):
     # Another agent's words reached this run without the labels a tool's answer gives them (a flow
     # template, or a tainted parent's input): its model-composed calls always wait for a person (F15).
     tainted = models.BooleanField(default=False)
+    # The digest of the agent's code when the run was created (oz0agents.code_version): unlike its
+    # version's, it changes when the code changes under the same manifest.
+    code_digest = models.CharField(max_length=64, blank=True, default="")
+    # 0 (low) to 9 (high): orders the dispatch of its queued calls and rounds within its
+    # workspace's share of the workers (runs.kernel.priorities); a child run and a scheduled
+    # run take their parent's or their schedule's.
+    priority = models.PositiveSmallIntegerField(default=5)
+    # The arm of its agent's canary rollout the run was assigned to ("canary", "stable"), by a
+    # hash of its id (oz0agents.rollouts); "" when no rollout was under way.
+    rollout = models.CharField(max_length=8, blank=True, default="")
 
     class Meta:
         indexes = [
             models.Index(fields=["workspace", "-created_at"], name="run_ws_recent"),
             models.Index(fields=["workspace", "status", "-created_at"], name="run_ws_status_recent"),
             models.Index(fields=["agent_name", "-created_at"], name="run_agent_recent"),
+            # Full-text search over failure messages (insights.search); the query repeats this expression.
+            GinIndex(FAILURE_MESSAGE_VECTOR, name="run_failure_message_fts"),
         ]
 
     def __str__(self) -> str:
@@ -244,6 +263,9 @@ class TraceEvent(models.Model):
             models.Index(fields=["-at", "-id"], name="trace_audit_at", condition=Q(event__in=["verb", "appended"])),
             # Filtered by verb: the expression also gives the planner statistics on `data->>'verb'`.
             models.Index(KT("data__verb"), F("at").desc(), F("id").desc(), name="trace_audit_verb", condition=Q(event="verb")),
+            # The runs list's badges (runs/run_list.py): a run's people's verbs and rules' denials,
+            # a few rows per run, so a page of runs never reads their whole traces.
+            models.Index(fields=["run"], name="trace_run_decisions", condition=Q(event__in=["verb", "approval_denied"])),
         ]
         ordering = ["seq"]
 
@@ -276,9 +298,13 @@ class Finding(models.Model):
     error_key = models.CharField(max_length=64, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_index=True)
+    # Its failure group (runs.fingerprints): a digest of kind, agent, error key and message shape,
+    # never shown. The database default lets bulk loaders that predate it insert without it.
+    fingerprint = models.CharField(max_length=32, blank=True, default="", db_default="")
 
     class Meta:
         indexes = [
+            models.Index(fields=["workspace_id", "fingerprint", "-created_at"], name="finding_group_recent"),
             models.Index(fields=["agent_name", "kind", "created_at"], name="finding_agent_kind"),
             models.Index(fields=["agent_name", "agent_version", "created_at"], name="finding_agent_version"),
             models.Index(fields=["kind", "-created_at"], name="finding_kind_recent"),

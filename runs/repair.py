@@ -11,13 +11,13 @@ from typing import Any
 from django.db import transaction
 
 from runs import kernel
-from runs.holds import BULK_CAP, HoldFilter, held_runs_query, repair_targets, select_held_runs
+from runs.holds import BULK_CAP, HoldFilter, held_runs_query, repair_targets, select_held_runs, whose
 from runs.models import Run, RunStatus, TraceEvent
 from tenancy.models import Workspace
 
-VERBS: dict[str, Callable[..., Any]] = {"retry": kernel.retry, "abandon": kernel.abandon}
+VERBS: dict[str, Callable[..., Any]] = {"retry": kernel.retry, "abandon": kernel.abandon, "abandon_and_cancel": kernel.abandon}
 
-DONE = {"retry": "retried", "abandon": "abandoned"}
+DONE = {"retry": "retried", "abandon": "abandoned", "abandon_and_cancel": "abandoned_and_canceled"}
 CHUNK = 10
 
 
@@ -38,8 +38,12 @@ def repair_held_run(workspace: Workspace, user: Any, verb: str, hold_filter: Hol
             keys = [task.key for task in repair_targets([run], hold_filter)[run.pk]]
             if not keys:
                 return skipped(run_id, keys, "no_candidates", "no failure of this run is a retry or abandon candidate")
-            for key in keys:
-                act(run_id=run.pk, key=key, user=user)
+            for number, key in enumerate(keys, 1):
+                if verb == "abandon_and_cancel":
+                    # Every failure abandoned, then the run canceled with the last: one transaction.
+                    act(run_id=run.pk, key=key, user=user, cancel_run=number == len(keys))
+                else:
+                    act(run_id=run.pk, key=key, user=user)
     except kernel.KernelError as error:
         return skipped(run_id, keys, error.key, error.detail)
     return {"run": str(run_id), "task_keys": keys, "outcome": DONE[verb]}
@@ -65,10 +69,11 @@ def repair_runs(workspace: Workspace, user: Any, verb: str, hold_filter: HoldFil
 def bulk_repair(workspace: Workspace, user: Any, verb: str, hold_filter: HoldFilter, *, dry_run: bool) -> dict[str, Any]:
     """What POST /api/v1/workspaces/{ws}/holds/<verb> answers: a preview, or the per-run results."""
     kernel.require_write(user, workspace.pk)
-    chosen, more = select_held_runs(workspace, hold_filter)
+    chosen, more = select_held_runs(workspace, hold_filter, user=user)
     answer: dict[str, Any] = {"verb": verb, "dry_run": dry_run, "cap": BULK_CAP, "more": more, "count": len(chosen)}
     if dry_run:
-        return answer | {"runs": chosen}
+        # Whose runs these are, so a filter never reaches other people's runs unsaid.
+        return answer | {"runs": chosen} | whose(chosen)
     results = repair_runs(workspace, user, verb, hold_filter, [item["run"] for item in chosen])
     done = sum(1 for result in results if result["outcome"] != "skipped")
     return answer | {"count": done, "skipped": len(results) - done, "results": results}

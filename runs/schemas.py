@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import date, datetime
-from typing import Annotated, Any, Generic, NotRequired, TypeVar
+from typing import Annotated, Any, Generic, Literal, NotRequired, TypeVar
 
 from django.conf import settings
 from django.http import HttpRequest
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, with_config
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, with_config
 from typing_extensions import TypedDict
 
-from runs.kernel import MAX_DEPTH, MAX_PAYLOAD_BYTES, InvalidRequest, KernelError, check_storable
+from runs.kernel import MAX_DEPTH, MAX_PAYLOAD_BYTES, SLUG_PATTERN, InvalidRequest, KernelError, check_storable
 
 
 class PayloadTooLarge(KernelError):
@@ -58,6 +59,16 @@ def refuse_declared_length(request: HttpRequest) -> None:
         raise PayloadTooLarge("payload_too_large", f"the body is {declared} bytes; this request's cap is {cap}")
 
 
+def refuse_repeated_parameters(request: HttpRequest) -> None:
+    """No parameter of the API takes a list: a query key given twice (`?agent=a&agent=b`) would
+    be read as one of its values, chosen silently; it is a typed 400 instead."""
+    repeated = sorted(key for key, values in request.GET.lists() if len(values) > 1)
+    if repeated:
+        raise InvalidRequest(
+            "repeated_parameter", f"`{repeated[0][:40]}` is given more than once; each parameter takes one value"
+        )
+
+
 def read_body(request: HttpRequest) -> Any:
     """The request's body, parsed, refused 413 past the route's cap."""
     refuse_declared_length(request)
@@ -89,37 +100,41 @@ def parse_body(raw: bytes, *, cap: int = MAX_PAYLOAD_BYTES) -> Any:
 
 
 # Query parameters as the server reads them, so the OpenAPI document says what it accepts: a
-# workspace is a slug (never empty), a moment a date or an ISO datetime, a version a positive number.
-SLUG_PATTERN = r"^[-a-zA-Z0-9_]+$"
+# workspace is a slug (never empty), a moment a date or an RFC 3339 datetime, a version a positive number.
 SLUG_QUERY: dict[str, Any] = {"min_length": 1, "max_length": 64, "pattern": SLUG_PATTERN}
 TEXT_QUERY: dict[str, Any] = {"min_length": 1, "max_length": 200}
-# A moment: a date (the whole day) or an ISO datetime; views hand `moment_text(value)` on.
-Moment = date | datetime
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DATE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})")
+
+
+def _rfc3339_moment(value: Any) -> date | datetime:
+    """A moment as the document's `date` and `date-time` formats write it (RFC 3339): pydantic's
+    lax reading would take a bare number (`0.5`) for seconds since 1970, which the document
+    calls no moment. A date a calendar lacks (2026-02-30) is refused too."""
+    if isinstance(value, date):
+        return value
+    if isinstance(value, str):
+        if _DATE.fullmatch(value):
+            return date.fromisoformat(value)
+        if _DATE_TIME.fullmatch(value):
+            return datetime.fromisoformat(value.upper())
+    raise ValueError("a moment is a date (YYYY-MM-DD) or an RFC 3339 date-time with its offset (2026-01-31T09:00:00Z)")
+
+
+# A moment: a date (the whole day) or an RFC 3339 datetime; views hand `moment_text(value)` on.
+Moment = Annotated[date | datetime, BeforeValidator(_rfc3339_moment)]
 
 
 def moment_text(value: date | datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-DIGEST_PATTERN = r"^[0-9a-f]{64}$"
-
-
-class In(BaseModel):
-    """A request shape. Plain pydantic, as `Out` below: ninja's Schema runs its ORM attribute
-    getter over every nested object, which cost a build's append of 64 tasks more than the rest of
-    its validation. The views read the parsed body itself (`body_of`); a shape only refuses."""
-
-
-class Open(In):
-    model_config = ConfigDict(extra="allow")
-
-
 Item = TypeVar("Item")
 
 
 class Out(BaseModel):
-    """A response shape. The views answer dicts the selectors built, so plain pydantic validates
-    them: ninja's Schema would wrap every nested object in its ORM attribute getter, which cost
+    """A response shape. (A request's shape is the kernel's: runs.kernel.request_shapes.) The views
+    answer dicts the selectors built, so plain pydantic validates them: ninja's Schema would wrap every nested object in its ORM attribute getter, which cost
     more than building the document (a run of 5,000 tasks: 0.35 s of 0.69 s)."""
 
     model_config = ConfigDict(populate_by_name=True)
@@ -142,57 +157,6 @@ class ErrorBody(Out):
 
 class ErrorOut(Out):
     error: ErrorBody
-
-
-class ReasonIn(In):
-    reason: str = ""
-
-
-class RetryTaskIn(In):
-    # The keys of the non-replayable calls a harnessed round already made, which the person
-    # confirms may be made again (409 `nonreplayable_calls_made` lists them).
-    confirm_calls: list[str] | None = None
-
-
-class DigestIn(In):
-    digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
-
-
-class ValueIn(In):
-    value: Any = None
-
-
-class ResolveIn(In):
-    """A client await's bearer proof in the body, where access logs do not keep it: its value, or
-    that what it waited on failed (`error`: the await fails with await_failed and these words)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "not": {
-                "required": ["value", "error"],
-                "properties": {"value": {"not": {"type": "null"}}, "error": {"type": "string"}},
-            }
-        }
-    )
-    token: str
-    value: Any = None
-    error: str | None = Field(default=None, min_length=1)
-
-
-class AwaitOutcomeIn(In):
-    """Its `value`, or `error` (what the await waited on failed: it fails with await_failed and
-    these words), never both."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "not": {
-                "required": ["value", "error"],
-                "properties": {"value": {"not": {"type": "null"}}, "error": {"type": "string"}},
-            }
-        }
-    )
-    value: Any = None
-    error: str | None = Field(default=None, min_length=1)
 
 
 class TaskError(Out):
@@ -248,6 +212,10 @@ class TaskDocument(TypedDict):
     spec: dict[str, Any]
     # A delegate task's latest child run: {id, status}.
     child: NotRequired[dict[str, Any]]
+    # A harnessed round's session (F7, issue 29): active, released (waiting on a person, its process
+    # kept, no thread nor slot held), parked (its state stored, no process), waiting_for_slot,
+    # queued, or null once it ended.
+    session: NotRequired[Literal["active", "released", "parked", "waiting_for_slot", "queued"] | None]
 
 
 class ChildOut(Out):
@@ -281,11 +249,23 @@ class RunOut(OpenOut):
     # Another agent's words reached this run without their labels (F15): its composed calls wait for a person.
     tainted: bool = False
     depth: int = 0
+    # 0 (low) to 9 (high): orders the dispatch of its queued calls within its workspace's share.
+    priority: int = 5
+    priority_name: str = "normal"
+    # "canary" or "stable" while its agent's canary rollout was under way when it was created.
+    rollout: str | None = None
     # The run's input, for readers its content is open to (`content_visible`); null for the others.
     input: Any = None
     content_visible: bool = False
     private: bool = False
     usage: dict[str, int] = Field(default_factory=dict)
+    # The run's model calls priced (genai-prices): tokens, calls, `cost_usd` (text, or null when no
+    # model of the run has a known price) and `unpriced_models`.
+    cost: dict[str, Any] | None = None
+    # The version of the agent's code (its digest when the run was created, its version's, whether
+    # the code changed under the same manifest, the rounds that loaded other code), else null.
+    code: dict[str, Any] | None = None
+    code_digest: str | None = None
     # A harnessed round queued for a session thread its workspace has none free of (F7):
     # `{task, since, slots}` (slots: OZ0_SESSION_SLOTS_PER_WORKSPACE), else null.
     waiting_for_slot: dict[str, Any] | None = None

@@ -15,15 +15,16 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from runs import failures
-from runs.kernel import InvalidRequest, NotFound, quota_limits, repair_candidates_of
+from runs.kernel import InvalidRequest, NotFound, priority_name, quota_limits, repair_candidates_of
 from runs.models import RUN_OPEN, Run, Task, TaskStatus, TraceEvent
 from runs.permissions import can_read_content
 from runs.schemas import TaskDocument
+from runs.usage_prices import model_of, usage_cost
 from tenancy.models import Membership, Workspace
 from tenancy.permissions import role_of
 
@@ -53,6 +54,7 @@ STRUCTURAL_DATA_KEYS = frozenset(
         "by",
         "agent",
         "version",
+        "rollout",
         "keys",
         "deliverable",
         "messages",
@@ -71,6 +73,14 @@ STRUCTURAL_DATA_KEYS = frozenset(
         "person",
         "declared",
         "decided",
+        # An approval a person gave to arguments they edited (the arguments themselves are words).
+        "edited",
+        # A model call's (issue 29): which model, whose, how long, how many requests, which harness.
+        "model",
+        "provider",
+        "duration_ms",
+        "calls",
+        "harness",
     }
 )
 
@@ -105,7 +115,9 @@ def task_error(task: Task | DocumentTask, content: bool) -> dict[str, Any] | Non
 def task_document(task: Task | DocumentTask, content: bool, run_failure: dict[str, Any] | None = None) -> TaskDocument:
     result = task.result
     if not content and result is not None:
-        result = {k: v for k, v in result.items() if k in ("model_change", "usage", "route", "child", "agent", "via")}
+        result = {
+            k: v for k, v in result.items() if k in ("model_change", "usage", "route", "child", "agent", "via", "code_digest")
+        }
         if isinstance(result.get("model_change"), dict):
             # A refusal's category is the classifier's reading of the words: the same allowlist as the trace's.
             result["model_change"] = {k: v for k, v in result["model_change"].items() if k in STRUCTURAL_DATA_KEYS}
@@ -156,6 +168,13 @@ def run_summary(run: Run, content: bool) -> dict[str, Any]:
         "depth": run.depth,
         # Another agent's words reached this run unlabelled (F15): its composed calls wait for a person.
         "tainted": run.tainted,
+        # The version of the agent's code when the run was created (oz0agents.code_version).
+        "code_digest": run.code_digest or None,
+        # 0-9, orders the dispatch of its calls (runs.kernel.priorities), and its word.
+        "priority": run.priority,
+        "priority_name": priority_name(run.priority),
+        # The arm of its agent's canary rollout it was assigned to (oz0agents.assignment), or null.
+        "rollout": run.rollout or None,
     }
 
 
@@ -197,8 +216,14 @@ def run_document(user: Any, run: Run, tasks: Iterable[Task] | None = None) -> di
     doc["content_visible"] = content
     doc["tasks"] = [task_document(t, content, run.failure) for t in rows]
     doc["usage"] = billed_usage(rows)
+    doc["cost"] = run_cost(run)
+    doc["code"] = code_document(run, rows)
     doc["children"] = children_of(run, content)
     doc["waiting_for_slot"] = waiting_for_slot(run)
+    sessions = session_states(run)
+    for task_doc in doc["tasks"]:
+        if task_doc["key"] in sessions:
+            task_doc["session"] = sessions[task_doc["key"]]
     # A delegate task names its (latest) child and that child's status: the graph draws it.
     statuses = {child["id"]: child["status"] for child in doc["children"]}
     for task, task_doc in zip(rows, doc["tasks"], strict=True):
@@ -218,6 +243,30 @@ def waiting_for_slot(run: Run) -> dict[str, Any] | None:
     if row is None:
         return None
     return {"task": row[0], **row[1]["waiting_for_slot"]}
+
+
+def session_states(run: Run) -> dict[str, str | None]:
+    """Where each harnessed round of the run stands as a session (F7, issue 29), by key: `active`
+    (a thread drives it), `released` (waiting on a person: its process kept, no thread nor slot
+    held), `parked` (waiting on a person: its state stored, no process), `waiting_for_slot`,
+    `queued`, or None once it ended. Empty for a run of oz0's own loop. One query, reading only
+    the state's markers."""
+    if run.agent_version_id is None or not (run.agent_version.manifest or {}).get("harness"):  # type: ignore[union-attr]
+        return {}
+    rows = Task.objects.filter(run=run, kind="round").values_list(
+        "key", "status", "ready", "state__released", "state__parked", "state__waiting_for_slot"
+    )
+    states: dict[str, str | None] = {}
+    for key, status, ready, released, parked, slot in rows:
+        if status == TaskStatus.RUNNING:
+            states[key] = "released" if released is not None else "active"
+        elif status == TaskStatus.WAITING and parked is not None and not ready:
+            states[key] = "parked"
+        elif status == TaskStatus.WAITING and ready:
+            states[key] = "waiting_for_slot" if slot is not None else "queued"
+        else:
+            states[key] = None
+    return states
 
 
 def children_of(run: Run, content: bool) -> list[dict[str, Any]]:
@@ -249,6 +298,48 @@ def billed_usage(tasks: Iterable[Task | DocumentTask]) -> dict[str, int]:
         for key in total:
             total[key] += int(usage.get(key, 0) or 0)
     return total
+
+
+def run_cost(run: Run) -> dict[str, Any]:
+    """The run's model calls (its `provider_call` events, oz0's loop's and the frameworks' alike)
+    priced per call: tokens, calls, the cost in dollars and the models with no known price."""
+    # Only the keys priced: an event of oz0's loop also holds the request's messages.
+    calls = TraceEvent.objects.filter(run=run, event="provider_call").values_list(
+        "data__route", "data__model", "data__provider", "data__usage", "data__calls"
+    )
+    rows = []
+    for route, model_name, provider_name, usage, calls_made in calls:
+        model, provider = model_of({"route": route, "model": model_name, "provider": provider_name})
+        rows.append((model, provider, _tokens(usage, "input_tokens"), _tokens(usage, "output_tokens"), _count(calls_made, 1)))
+    return usage_cost(rows)
+
+
+def _tokens(usage: Any, key: str) -> int:
+    return _count(usage.get(key) if isinstance(usage, dict) else None, 0)
+
+
+def _count(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+
+def code_document(run: Run, tasks: Iterable[Task | DocumentTask]) -> dict[str, Any] | None:
+    """The version of the agent's code the run ran (oz0agents.code_version): the digest recorded
+    when the run was created, the one its version was registered with, whether they differ (the
+    code changed under the same manifest), and the rounds that loaded code other than the run's."""
+    version = run.agent_version.code_digest if run.agent_version_id else ""  # type: ignore[union-attr]
+    if not run.code_digest and not version:
+        return None
+    rounds = [
+        task.key
+        for task in tasks
+        if (task.result or {}).get("code_digest") and (task.result or {})["code_digest"] != run.code_digest
+    ]
+    return {
+        "digest": run.code_digest or None,
+        "version_digest": version or None,
+        "changed_since_version": bool(version and run.code_digest != version),
+        "rounds_on_other_code": rounds,
+    }
 
 
 def event_document(event: TraceEvent, content: bool) -> dict[str, Any]:
@@ -343,33 +434,6 @@ def uuid_or_invalid_cursor(value: Any) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise invalid_cursor() from None
-
-
-def runs_page(
-    user: Any,
-    workspace: Workspace,
-    *,
-    status: str | None = None,
-    agent: str | None = None,
-    cursor: str | None = None,
-    limit: int = 50,
-) -> dict[str, Any]:
-    runs = Run.objects.filter(workspace=workspace).select_related("workspace", "agent_version")
-    if status:
-        runs = runs.filter(status__in=status.split(","))
-    if agent:
-        runs = runs.filter(agent_name=agent)
-    count = runs.count()
-    position = keyset_position(cursor)
-    if position is not None:
-        created, last_id = position[0], uuid_or_invalid_cursor(position[1])
-        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=last_id))
-    page = list(runs.order_by("-created_at", "-id")[: limit + 1])
-    more = len(page) > limit
-    page = page[:limit]
-    items = [run_summary(r, can_read_content(user, r)) for r in page]
-    next_cursor = encode_cursor([page[-1].created_at.isoformat(), str(page[-1].id)]) if more and page else None
-    return {"count": count, "items": items, "next": next_cursor}
 
 
 def workspace_quotas(workspace: Workspace) -> list[dict[str, Any]]:

@@ -16,3 +16,7 @@ class TenancyConfig(AppConfig):
         for signal in (post_save, post_delete):
             signal.connect(membership.membership_changed, sender=Membership, dispatch_uid=f"oz0-membership-{signal}")
             signal.connect(membership.user_changed, sender=settings.AUTH_USER_MODEL, dispatch_uid=f"oz0-user-{signal}")
+        if settings.OZ0_SSO:
+            from tenancy.sso import check_configuration
+
+            check_configuration()  # the installer's mistake stops every process at its start

@@ -23,6 +23,9 @@ class Workspace(models.Model):
     # The bytes of the inputs its people's runs store (the `input_bytes` quota), grown by each
     # create in the create's own transaction (runs/kernel/intake.py).
     stored_input_bytes = models.BigIntegerField(default=0)
+    # Days its finished runs' trace (the audit trail with it) and findings are kept (runs/retention.py);
+    # null: the installer's OZ0_RETENTION_DAYS; 0: kept for ever.
+    retention_days = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "runs_workspace"
@@ -62,3 +65,40 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"token {self.label or self.pk} of {self.user_id}"
+
+
+class SsoIdentity(models.Model):
+    """The person an OpenID Connect provider's subject signs in as (tenancy/sso.py). Keyed by the
+    issuer's `sub`, never by email: an account at the provider that claims someone's address
+    does not become their oz0 account."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identities")
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_signed_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique_subject")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
+class Wall(models.Model):
+    """Members walled off from one agent's runs in a workspace: the third reason, beside role and a
+    private run, that a run's words are closed to a reader (F11). Behind the wall a member sees
+    kinds, flags and counts, as a viewer does, on every surface `runs.permissions` decides for."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="walls")
+    agent_name = models.CharField(max_length=100)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="walls")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "agent_name"], name="wall_one_per_agent")]
+
+    def __str__(self) -> str:
+        return f"wall around {self.agent_name} in {self.workspace}"

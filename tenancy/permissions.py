@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tenancy.models import Membership, Role
+from tenancy.models import Membership, Role, Wall
 
 ROLE_RANK = {Role.VIEWER: 1, Role.READER: 2, Role.OPERATOR: 3}
 
@@ -31,3 +31,15 @@ def is_member(user: Any, workspace_id: int) -> bool:
 
 def has_write_standing(user: Any, workspace_id: int) -> bool:
     return role_of(user, workspace_id) == Role.OPERATOR
+
+
+def walled_agents(user: Any, workspace_id: int) -> frozenset[str]:
+    """The agents whose runs' words a wall closes to this person in the workspace (cached on the
+    user object for the request, as roles are)."""
+    if user is None or not user.is_authenticated:
+        return frozenset()
+    cache: dict[int, frozenset[str]] = user.__dict__.setdefault("_oz0_walls", {})
+    if workspace_id not in cache:
+        names = Wall.objects.filter(workspace_id=workspace_id, members=user.pk).values_list("agent_name", flat=True)
+        cache[workspace_id] = frozenset(names)
+    return cache[workspace_id]

@@ -122,7 +122,7 @@ class LiveStack:
             "-Q",
             self.queue,
             "-c",
-            "2",
+            "4",
             "--pool",
             "prefork",
             "-O",
@@ -272,7 +272,8 @@ def _side_effects_only_after_commit(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def live_stack(django_db_setup: Any, django_db_blocker: Any, celery_queue: str) -> Iterator[LiveStack]:
-    """A Celery worker (2 prefork processes) and beat, on this session's own queue."""
+    """A Celery worker (4 prefork processes, a workspace's share two, as `./oz0 up` starts it) and
+    beat, on this session's own queue."""
     queue = celery_queue
     settings.OZ0_TEST_TOOLS = True
     workdir = Path(tempfile.mkdtemp(prefix="oz0-live-"))
@@ -282,6 +283,7 @@ def live_stack(django_db_setup: Any, django_db_blocker: Any, celery_queue: str) 
         "REDIS_URL": settings.REDIS_URL,
         "OZ0_QUEUE": queue,
         "OZ0_TEST_TOOLS": "1",
+        "OZ0_WORKER_CONCURRENCY": "4",
         "OZ0_SWEEP_SECONDS": "0.5",
         "OZ0_LEASE_SECONDS": "5",
         "OZ0_HEARTBEAT_SECONDS": "0.5",
@@ -320,7 +322,7 @@ def no_dispatch() -> Iterator[list[int]]:
 
     sent: list[int] = []
     previous = kernel.install_sender(
-        lambda ids, chunks, run_id, sessions: sent.extend([*ids, *(i for c in chunks for i in c), *sessions])
+        lambda ids, chunks, run_id, sessions, priority=5: sent.extend([*ids, *(i for c in chunks for i in c), *sessions])
     )
     yield sent
     kernel.install_sender(previous)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+
+from runs.permissions import behind_a_wall
 
 register = template.Library()
 
@@ -35,6 +37,20 @@ def duration(seconds: Any) -> str:
     if minutes:
         return f"{minutes}m {secs:02d}s"
     return f"{secs}s"
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """A task's duration: 0.42s, 7.3s, then as `duration` from a minute up."""
+    try:
+        total = max(0.0, float(value))
+    except (TypeError, ValueError):
+        return ""
+    if total < 10:
+        return f"{total:.2f}s"
+    if total < 60:
+        return f"{total:.1f}s"
+    return duration(total)
 
 
 @register.filter
@@ -78,6 +94,16 @@ def pretty_json(value: Any) -> str:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):
         return str(value)
+
+
+TEXT_SHOWN = 20_000
+
+
+@register.filter
+def capped_text(value: Any) -> str:
+    """Long text (a result, a provider call) cut to its first TEXT_SHOWN characters, saying so."""
+    text = str(value)
+    return text if len(text) <= TEXT_SHOWN else f"{text[:TEXT_SHOWN]}\n… {len(text) - TEXT_SHOWN} more characters"
 
 
 @register.filter
@@ -143,10 +169,11 @@ def graph_layout(tasks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     for task in rows:
         x, y = place[task["key"]]
         key = str(task["key"])
+        label = str(task.get("label") or key)  # a fan-out group's node is labelled by its stem and size
         nodes.append(
             {
                 "key": key,
-                "label": key if len(key) <= LABEL_CHARS else key[: LABEL_CHARS - 1] + "…",
+                "label": label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "…",
                 "status": task["status"],
                 "kind": task["kind"],
                 # A delegate node carries its child run's status (F14): the parent waits on it.
@@ -187,3 +214,55 @@ def _depth(key: str, by_key: Mapping[str, Mapping[str, Any]], depth: dict[str, i
 @register.simple_tag
 def task_graph(tasks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return graph_layout(tasks)
+
+
+def _local(value: Any) -> datetime | None:
+    moment = _as_datetime(value)
+    if moment is None:
+        return None
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, UTC)
+    return timezone.localtime(moment)
+
+
+@register.filter
+def abs_time(value: Any) -> str:
+    """An instant in full, in the person's time zone (their settings; UTC by default), with the
+    zone: what hovering a relative time ("3m ago") shows. "" for what is not a time."""
+    local = _local(value)
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or ''}".rstrip() if local else ""
+
+
+@register.filter
+def trace_time(value: Any) -> str:
+    """A trace event's instant to the millisecond, with its date and zone (issue 30.8)."""
+    local = _local(value)
+    return f"{local:%Y-%m-%d %H:%M:%S}.{local.microsecond // 1000:03d} {local.tzname() or ''}".rstrip() if local else ""
+
+
+@register.filter
+def iso_time(value: Any) -> str:
+    """An instant (a datetime or an ISO text) as ISO 8601 with its offset, for `<time datetime>`."""
+    local = _local(value)
+    return local.isoformat() if local else ""
+
+
+@register.simple_tag(takes_context=True)
+def hidden_why(context: Mapping[str, Any], subject: Any = None, walled: Any = None) -> str:
+    """Why a run's words are hidden from the person reading (issue 30.8): someone else's private
+    run ("hidden: a private run of alice") told apart from their role ("hidden from your role").
+    `subject`: a Run, or the name an item carries as `private_of`."""
+    owner = subject if isinstance(subject, str) else None
+    if subject is not None and not isinstance(subject, str) and getattr(subject, "private", False):
+        user = context.get("user")
+        if getattr(subject, "created_by_id", None) != getattr(user, "pk", None):
+            creator = getattr(subject, "created_by", None)
+            owner = getattr(creator, "username", None) or "its creator"
+    if owner:
+        return f"hidden: this is a private run of {owner}, whose words its creator alone reads"
+    if subject is not None and not isinstance(subject, str) and not walled:
+        user = context.get("user")
+        walled = subject.agent_name if user is not None and behind_a_wall(user, subject) else None
+    if walled:
+        return f"hidden: a wall around {walled} closes its runs' words to you"
+    return "hidden from your role"

@@ -11,14 +11,13 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Schema
 from ninja.security import HttpBearer
-from pydantic import Field
 
 from oz0site.auth import person_auth
 from runs import kernel
-from runs.api import body_of
+from runs.api import body_of, fields_of, shaped_body
 from runs.executor_api import service
 from runs.kernel import Forbidden
-from runs.schemas import SLUG_PATTERN, ErrorOut
+from runs.schemas import ErrorOut
 
 router = Router(tags=["executors"])
 
@@ -35,13 +34,7 @@ class ExecutorAuth(HttpBearer):
         return executor
 
 
-class RegisterIn(Schema):
-    tools: list[str] = Field(min_length=1)
-    name: str = Field(default="", max_length=100)
-    workspace: str | None = Field(default=None, min_length=1, max_length=64, pattern=SLUG_PATTERN)
-
-
-class RegisteredOut(Schema):
+class ExecutorRegisteredOut(Schema):
     id: str
     token: str
     name: str
@@ -66,15 +59,6 @@ class HeartbeatOut(Schema):
     cancel: bool
 
 
-class ResultIn(Schema):
-    ok: bool
-    value: Any = None
-    error: str | None = None
-    key: str | None = None
-    # The executor stopped the call because its heartbeat answered `cancel`.
-    stopped: bool = False
-
-
 class AcceptedOut(Schema):
     accepted: bool
 
@@ -87,14 +71,15 @@ class RevokedOut(Schema):
 
 @router.post(
     "/executors",
-    response={201: RegisteredOut, **ERRORS},
+    response={201: ExecutorRegisteredOut, **ERRORS},
     auth=person_auth("operator", where="any", rate="write"),
     summary="Register an executor (S8)",
+    openapi_extra=shaped_body(kernel.REGISTER_BODY),
 )
-def register(request: HttpRequest, payload: RegisterIn) -> tuple[int, dict[str, Any]]:
-    body = body_of(request) or {}
+def register(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+    body = fields_of(request, kernel.REGISTER_BODY)
     registered = service.register(
-        user=request.user, tools=body.get("tools"), name=body.get("name", ""), workspace=body.get("workspace")
+        user=request.user, tools=body["tools"], name=body.get("name", ""), workspace=body.get("workspace")
     )
     executor = registered.executor
     return 201, {
@@ -145,8 +130,10 @@ def heartbeat(request: HttpRequest, executor_id: str, call: str) -> dict[str, An
     response={200: AcceptedOut, **ERRORS},
     auth=ExecutorAuth(),
     summary="Report a call's result",
+    openapi_extra=shaped_body(kernel.RESULT_BODY),
 )
-def result(request: HttpRequest, executor_id: str, call: str, payload: ResultIn) -> dict[str, Any]:
+def result(request: HttpRequest, executor_id: str, call: str) -> dict[str, Any]:
+    """The body's one validator is the kernel's shape (kernel.RESULT_BODY), checked by the service."""
     service.report(request.executor, executor_id, call, body_of(request))  # type: ignore[attr-defined]
     return {"accepted": True}
 

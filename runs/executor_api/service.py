@@ -25,7 +25,6 @@ from tenancy.tokens import token_digest
 # Error keys an executor may report for a failed call; anything else is `tool_failed`.
 REPORTABLE_KEYS = ("tool_failed", "tool_timeout")
 ERROR_MAX = 2000
-TOOLS_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -35,24 +34,18 @@ class Registered:
 
 
 def register(*, user: Any, tools: Any, name: Any = "", workspace: Any = None) -> Registered:
-    """Register an executor serving `tools` (runner tools of the registry) for its owner's workspaces."""
-    if not isinstance(tools, list) or not tools or not all(isinstance(t, str) for t in tools):
-        raise InvalidRequest("invalid_field", "`tools` must be a non-empty list of tool names")
-    if len(tools) > TOOLS_MAX:
-        raise InvalidRequest("invalid_field", f"an executor serves at most {TOOLS_MAX} tools")
+    """Register an executor serving `tools` (runner tools of the registry) for its owner's workspaces.
+    The fields' types are the body's shape (kernel.REGISTER_BODY); which tools exist, the registry's."""
+    kernel.read_fields(kernel.REGISTER_BODY, {"tools": tools, "name": name, "workspace": workspace})
     for tool_name in tools:
         tool = get_tool(tool_name)
         if tool is None:
             raise InvalidRequest("unknown_tool", f"no tool named {tool_name!r} is installed")
         if not tool.runner:
             raise InvalidRequest("not_a_runner_tool", f"{tool_name!r} runs in the workers, not on executors")
-    if not isinstance(name, str) or len(name) > 100:
-        raise InvalidRequest("invalid_field", "`name` must be text of at most 100 characters")
     operated = Membership.objects.filter(user_id=user.pk, role=Role.OPERATOR)
     scope: Workspace | None = None
     if workspace is not None:
-        if not isinstance(workspace, str):
-            raise InvalidRequest("invalid_field", "`workspace` must be a workspace's slug")
         scope = Workspace.objects.filter(slug=workspace, memberships__user_id=user.pk).first()
         if scope is None:
             raise NotFound("workspace")
@@ -128,11 +121,10 @@ def heartbeat(executor: Executor, executor_id: str, call: str) -> bool:
 
 def report(executor: Executor, executor_id: str, call: str, body: Any) -> None:
     """The call's result: {"ok": true, "value": ...}, {"ok": false, "error": "...", "key"?: ...},
-    or {"ok": false, "stopped": true} after a heartbeat asked the executor to stop."""
+    or {"ok": false, "stopped": true} after a heartbeat asked the executor to stop (kernel.RESULT_BODY)."""
+    body = kernel.read_fields(kernel.RESULT_BODY, body)
     _require_self(executor, executor_id)
     _seen(executor)
-    if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
-        raise InvalidRequest("invalid_request", 'a result is {"ok": true, "value": ...} or {"ok": false, "error": "..."}')
     task_id = _call_id(call)
     held = kernel.held_call(task_id, kernel.claim_prefix(executor.pk))
     if held is None:

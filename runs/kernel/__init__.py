@@ -61,7 +61,7 @@ from runs.kernel.errors import (
     QuotaExceeded,
 )
 from runs.kernel.expansion import await_token_digest
-from runs.kernel.failure import nonreplayable_calls
+from runs.kernel.failure import NOT_MADE, call_replayable, nonreplayable_calls
 from runs.kernel.graph import (
     ASKING_STATUSES,
     FAILED_STATUSES,
@@ -73,6 +73,7 @@ from runs.kernel.graph import (
 )
 from runs.kernel.guards import GuardError, evaluate_guard, guard_steps, parse_guard
 from runs.kernel.intake import append, create_run, input_bytes, quota_limits
+from runs.kernel.journal import journal_call, round_checkpoint, round_park, round_replayed, round_resumed
 from runs.kernel.leases import (
     LeasedCall,
     claim_call,
@@ -85,13 +86,33 @@ from runs.kernel.leases import (
     sweep_unserved_calls,
 )
 from runs.kernel.output_schemas import free_text_paths
+from runs.kernel.priorities import WAITING_KEY as PRIORITY_WAITING_KEY
+from runs.kernel.priorities import message_priority, parse_priority
+from runs.kernel.priorities import name_of as priority_name
+from runs.kernel.releases import call_states, heartbeat_many, round_reattach, round_release
 from runs.kernel.request_shapes import (
+    ANSWER_BODY,
+    APPROVE_BODY,
+    AWAIT_OUTCOME_BODY,
+    DIGEST_PATTERN,
+    EXECUTOR_TOOLS_MAX,
     MAX_DEPTH,
     MAX_ENTRIES,
     MAX_PAYLOAD_BYTES,
     MAX_TIMEOUT_SECONDS,
+    REASON_BODY,
+    REGISTER_BODY,
+    RESOLVE_BODY,
+    RESULT_BODY,
+    RETRY_BODY,
+    SLUG_PATTERN,
+    BodyShape,
     append_body_schema,
+    body_schema,
+    check_field,
     create_body_schema,
+    is_digest,
+    read_fields,
 )
 from runs.kernel.rounds import (
     round_answered,
@@ -116,6 +137,7 @@ from runs.kernel.verbs import (
     abandon,
     answer,
     approve,
+    approve_edited,
     cancel_run,
     compact,
     deny,
@@ -136,6 +158,7 @@ from runs.kernel.worker import (
     defer_queued,
     heartbeat,
     report_batch,
+    running_sessions,
     send_within_share,
     session_room,
     task_complete,
@@ -146,6 +169,21 @@ from runs.kernel.worker import (
 )
 
 __all__ = [
+    "ANSWER_BODY",
+    "APPROVE_BODY",
+    "AWAIT_OUTCOME_BODY",
+    "DIGEST_PATTERN",
+    "EXECUTOR_TOOLS_MAX",
+    "REASON_BODY",
+    "REGISTER_BODY",
+    "RESOLVE_BODY",
+    "RESULT_BODY",
+    "RETRY_BODY",
+    "SLUG_PATTERN",
+    "BodyShape",
+    "body_schema",
+    "check_field",
+    "read_fields",
     "DELEGATE_TOOLS",
     "ASKING_STATUSES",
     "FAILED_STATUSES",
@@ -179,8 +217,10 @@ __all__ = [
     "append",
     "approval_problem_field",
     "approve",
+    "approve_edited",
     "await_token_digest",
     "call_digest",
+    "is_digest",
     "cancel_child",
     "cancel_run",
     "append_body_schema",
@@ -206,14 +246,21 @@ __all__ = [
     "heartbeat",
     "held_call",
     "install_sender",
+    "message_priority",
+    "PRIORITY_WAITING_KEY",
+    "parse_priority",
+    "priority_name",
     "defer_queued",
     "send_within_share",
+    "running_sessions",
     "session_room",
     "TemplateError",
     "template_steps",
     "render_template",
     "lease_seconds",
     "nonreplayable_calls",
+    "NOT_MADE",
+    "call_replayable",
     "parse_guard",
     "pause_run",
     "quick_chunks",
@@ -226,7 +273,16 @@ __all__ = [
     "resume_run",
     "retry",
     "revoke_calls",
+    "journal_call",
+    "round_park",
+    "round_release",
+    "round_reattach",
+    "heartbeat_many",
+    "call_states",
     "round_answered",
+    "round_checkpoint",
+    "round_replayed",
+    "round_resumed",
     "round_ask",
     "round_compact",
     "round_expand",

@@ -32,7 +32,6 @@ MAX_PATH_DEPTH = 8
 MAX_ONE_OF = 100
 MAX_TEXT = 1000
 MAX_NAME = 100
-DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
 PATH_SEGMENT = re.compile(r"[A-Za-z0-9_\-]{1,100}")
 
 # A problem with a rule: the path inside the rule it is about (for a line number), and what is wrong.
@@ -51,10 +50,6 @@ def call_digest(tool: Any, args: Any) -> str:
 def spec_digest(spec: Mapping[str, Any]) -> str:
     """The digest of a tool task's call as its row stands."""
     return call_digest(spec.get("tool"), spec.get("args"))
-
-
-def is_digest(value: Any) -> bool:
-    return isinstance(value, str) and DIGEST_PATTERN.fullmatch(value) is not None
 
 
 def _is_scalar(value: Any) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 
+from oz0agents.code_version import code_digest
 from runs import failures
 from runs.kernel.approvals import inherited_layers
 from runs.kernel.compile import RunRequest, check_storable, compile_child
@@ -73,7 +74,7 @@ def plan_child(txn: Txn, task: Task) -> ChildPlan:
             return ChildPlan(refusal=("invalid_input", f"the step's input: {error}"))
     try:
         workspace = Workspace.objects.get(pk=run.workspace_id)
-        request = compile_child(workspace, agent, child_input, private=run.private)
+        request = compile_child(workspace, agent, child_input, private=run.private, priority=run.priority)
     except InvalidRequest as error:
         return ChildPlan(refusal=("agent_unavailable" if error.key == "unknown_agent" else error.key, error.detail))
     return ChildPlan(request=request, words_of=words_of)
@@ -91,6 +92,7 @@ def open_child(txn: Txn, task: Task, plan: ChildPlan) -> None:
         taint(txn, task.key, {"via": "template", "steps": sorted(plan.words_of)})
     version = request.agent_version
     child = Run.objects.create(
+        id=request.run_id,
         workspace_id=run.workspace_id,
         agent_version=version,
         agent_name=version.agent.name if version else agent,
@@ -106,6 +108,9 @@ def open_child(txn: Txn, task: Task, plan: ChildPlan) -> None:
         parent_task_key=task.key,
         depth=run.depth + 1,
         tainted=run.tainted,
+        code_digest=code_digest(version.manifest) if version else "",
+        priority=request.priority,
+        rollout=request.rollout,
     )
     child_txn = Txn(run=child, actor=txn.actor)
     child_txn.event(

@@ -4,8 +4,8 @@ A `Txn` (runs.kernel.txn) records what the transaction changes and calls nothing
 layer. This module sits above every layer a commit needs and runs the steps in one fixed order:
 
 1. write the pending bulk moves (readiness, skips);
-2. the run-level steps the moves made due, each once (runs.kernel.settling: `settle_run`,
-   `restamp_run`, `announce_asks`), which may change the run row and add trace events;
+2. the run-level steps the moves made due, each once (runs.kernel.settling: `wake_parked`,
+   `settle_run`, `restamp_run`, `announce_asks`), which may change the run row and add trace events;
 3. the child runs the transaction opened (runs.kernel.children): their tasks added and each
    child's own transaction committed, before the parent's trace as when they were opened;
 4. insert the trace events, THEN save the run row: the insights trigger on the trace insert
@@ -44,7 +44,8 @@ from runs.kernel.delegation import (
 )
 from runs.kernel.errors import NotFound
 from runs.kernel.expansion import add_tasks
-from runs.kernel.settling import announce_asks, restamp_run, settle_run
+from runs.kernel.priorities import DEFAULT as DEFAULT_PRIORITY
+from runs.kernel.settling import announce_asks, restamp_run, settle_run, wake_parked
 from runs.kernel.txn import RUN_STEPS, CrossRun, Txn
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ class Sender(Protocol):
     workers: a session waits on people and tool calls for as long as they take, and must not hold
     a slot the engine's own rounds, tools and sweeps need."""
 
-    def __call__(self, task_ids: list[int], chunks: list[list[int]], run_id: str | None, sessions: list[int]) -> None: ...
+    def __call__(
+        self, task_ids: list[int], chunks: list[list[int]], run_id: str | None, sessions: list[int], priority: int = ...
+    ) -> None: ...
 
 
 # The port to the broker, installed at start-up by the runs app (see the module docstring).
@@ -98,7 +101,7 @@ def commit(txn: Txn) -> None:
         commit(child.txn)
     write_trace_then_run(txn)
     if txn.dispatch or txn.dispatch_quick or txn.dispatch_sessions:
-        send_on_commit(txn.dispatch, txn.run.pk, txn.dispatch_quick, txn.dispatch_sessions)
+        send_on_commit(txn.dispatch, txn.run.pk, txn.dispatch_quick, txn.dispatch_sessions, priority=txn.run.priority)
     if txn.changed:
         publish_on_commit(txn)
     for message, run_id in txn.cross_run:
@@ -106,7 +109,9 @@ def commit(txn: Txn) -> None:
 
 
 def run_step(step: str, txn: Txn) -> None:
-    if step == "settle_run":
+    if step == "wake_parked":
+        wake_parked(txn)
+    elif step == "settle_run":
         settle_run(txn)
     elif step == "restamp":
         restamp_run(txn)
@@ -144,8 +149,16 @@ def publish_on_commit(txn: Txn) -> None:
     realtime.publish_on_commit([realtime.run_group(run.id), realtime.workspace_group(run.workspace_id)], payload)
 
 
-def send_on_commit(task_ids: Sequence[int], run_id: Any = None, quick: Sequence[int] = (), sessions: Sequence[int] = ()) -> None:
-    """Send these tasks to the workers once the surrounding transaction commits."""
+def send_on_commit(
+    task_ids: Sequence[int],
+    run_id: Any = None,
+    quick: Sequence[int] = (),
+    sessions: Sequence[int] = (),
+    *,
+    priority: int = DEFAULT_PRIORITY,
+) -> None:
+    """Send these tasks to the workers once the surrounding transaction commits, with their run's
+    priority (runs.kernel.priorities)."""
     in_sessions = list(dict.fromkeys(sessions))
     singles = [i for i in dict.fromkeys(task_ids) if i not in set(in_sessions)]
     sent_alone = set(singles) | set(in_sessions)
@@ -156,7 +169,7 @@ def send_on_commit(task_ids: Sequence[int], run_id: Any = None, quick: Sequence[
         if _sender is None:
             raise RuntimeError("no sender is installed: the runs app installs one in AppConfig.ready()")
         try:
-            _sender(singles, chunks, run, in_sessions)
+            _sender(singles, chunks, run, in_sessions, priority=priority)
         except Exception as error:
             # The change is committed; a broker that is away must not turn it into an error for
             # whoever made it (a request would answer 500 for a run that exists). The tasks stay

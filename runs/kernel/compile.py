@@ -11,16 +11,20 @@ the client sent (`parse_body`), never here on Python's `repr` of the float it be
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oz0agents.models import AgentVersion
+from oz0agents.assignment import Assigned, assign
+from oz0agents.models import Agent, AgentVersion
 from runs.kernel.approvals import problem_field, rule_problems
 from runs.kernel.errors import InvalidRequest
 from runs.kernel.graph import find_cycle
 from runs.kernel.guards import GuardError, parse_guard
 from runs.kernel.output_schemas import schema_problem
+from runs.kernel.priorities import DEFAULT as DEFAULT_PRIORITY
+from runs.kernel.priorities import parse_priority
 from runs.kernel.request_shapes import (
     APPROVAL_MODES,
     CREATE_FIELDS,
@@ -37,6 +41,7 @@ from runs.kernel.request_shapes import (
     TASK_FIELDS,
     check_fields,
     refuse_unknown_fields,
+    whole_number,
 )
 from runs.kernel.templates import failures_read
 from runs.tools import get_tool
@@ -253,9 +258,9 @@ def _kind_spec(kind: str, raw: Mapping[str, Any], where: str, sources: int, *, f
         _require(sources > 0, "invalid_field", f"{where}: a join needs at least one source in `after`")
         spec = {"mode": mode}
         if mode == "quorum":
-            quorum = raw.get("quorum")
+            quorum = whole_number(raw.get("quorum"))
             _require(
-                isinstance(quorum, int) and not isinstance(quorum, bool) and 1 <= quorum <= sources,
+                quorum is not None and 1 <= quorum <= sources,
                 "invalid_field",
                 f"{where}.quorum must be a whole number from 1 to its {sources} sources",
             )
@@ -361,16 +366,23 @@ class RunRequest:
     approval: dict[str, Any]
     retry_budget: int
     private: bool
+    # The run's id, chosen before it is written: a canary rollout assigns its arm by it.
+    run_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    priority: int = DEFAULT_PRIORITY
+    rollout: str = ""
 
 
-def compile_create(body: Any, workspace: Workspace) -> RunRequest:
+def compile_create(body: Any, workspace: Workspace, *, inherited_priority: int | None = None) -> RunRequest:
     """A create request's body compiled into a RunRequest: the one validator of its contract
     (CREATE_FIELDS). The body arrives parsed and storable (`runs.schemas.parse_body`)."""
     if not isinstance(body, Mapping):
         raise InvalidRequest("invalid_request", "the body must be a JSON object")
     refuse_unknown_fields(body, CREATE_FIELDS)
     check_fields(body, CREATE_FIELDS, "")
-    agent_version = _agent_version(body.get("agent"), workspace)
+    run_id = uuid.uuid4()
+    priority = parse_priority(body.get("priority"), inherited=inherited_priority)
+    assigned = _agent_version(body.get("agent"), workspace, run_id)
+    agent_version = assigned.version
     manifest = agent_version.manifest if agent_version else {}
     raw_tasks = body.get("tasks")
     if not raw_tasks and agent_version is not None:
@@ -405,13 +417,18 @@ def compile_create(body: Any, workspace: Workspace) -> RunRequest:
         approval=approval,
         retry_budget=retry_budget,
         private=private,
+        run_id=run_id,
+        priority=priority,
+        rollout=assigned.arm,
     )
 
 
-def compile_child(workspace: Workspace, agent: str, child_input: Any, *, private: bool) -> RunRequest:
+def compile_child(
+    workspace: Workspace, agent: str, child_input: Any, *, private: bool, priority: int = DEFAULT_PRIORITY
+) -> RunRequest:
     """A child run's request (F14): the named agent of the parent's workspace, driven by its
-    manifest, with the delegate task's input and the parent's privacy."""
-    return compile_create({"agent": agent, "input": child_input, "private": private}, workspace)
+    manifest, with the delegate task's input and the parent's privacy and priority."""
+    return compile_create({"agent": agent, "input": child_input, "private": private}, workspace, inherited_priority=priority)
 
 
 FLOW_END = "flow"
@@ -449,21 +466,23 @@ def flow_tasks(manifest: Mapping[str, Any], run_input: Any) -> list[dict[str, An
     return tasks
 
 
-def _agent_version(name: Any, workspace: Workspace) -> AgentVersion | None:
-    """The latest version of the run's workspace's agent of that name: agents belong to a workspace."""
+def _agent_version(name: Any, workspace: Workspace, run_id: uuid.UUID) -> Assigned:
+    """The version of the run's workspace's agent of that name the run takes: its serving version
+    (the newest, or the one a rollout pinned), or its canary on the canary's share of run ids
+    (oz0agents.assignment). Agents belong to a workspace."""
     if name is None:
-        return None
+        return Assigned(None, "")
     if not isinstance(name, str):
         raise InvalidRequest("invalid_field", "`agent` must be an agent's name")
-    version = (
-        AgentVersion.objects.select_related("agent")
-        .filter(agent__workspace=workspace, agent__name=name)
-        .order_by("-version")
+    agent = (
+        Agent.objects.select_related("stable_version__agent", "canary_version__agent")
+        .filter(workspace=workspace, name=name)
         .first()
     )
-    if version is None:
+    assigned = assign(agent, run_id) if agent is not None else Assigned(None, "")
+    if assigned.version is None:
         raise InvalidRequest("unknown_agent", f"no agent named {name!r} is registered in workspace {workspace.slug!r}")
-    return version
+    return assigned
 
 
 def _agent_round(manifest: Mapping[str, Any], run_input: Any) -> dict[str, Any]:
@@ -483,7 +502,7 @@ def _agent_round(manifest: Mapping[str, Any], run_input: Any) -> dict[str, Any]:
 def _retry_budget(raw: Any) -> int:
     if raw is None:
         return 0
-    budget = raw.get("budget", 0) if isinstance(raw, Mapping) else None
-    if not isinstance(budget, int) or isinstance(budget, bool) or not 0 <= budget <= 100:
+    budget = whole_number(raw.get("budget", 0)) if isinstance(raw, Mapping) else None
+    if budget is None or not 0 <= budget <= 100:
         raise InvalidRequest("invalid_field", "`retry` must be {budget: a whole number from 0 to 100}")
     return budget

@@ -101,6 +101,10 @@ class TraceTask:
     failure_resolution: str | None = None
 
 
+# The events `replay` reads; it skips every other.
+REPLAYED_EVENTS = ("task_added", "status", "resolved")
+
+
 def replay(events: Iterable[Mapping[str, Any]]) -> dict[str, TraceTask]:
     """Every task's state as the trace tells it: the trace replayed reproduces the rows."""
     tasks: dict[str, TraceTask] = {}

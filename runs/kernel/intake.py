@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
+from oz0agents.code_version import code_digest
 from runs.kernel.access import actor_name, require_write
 from runs.kernel.commit import commit, locked
 from runs.kernel.compile import compile_create, compile_tasks
@@ -90,9 +91,11 @@ def create_run(*, workspace: Workspace, user: Any, body: Mapping[str, Any]) -> t
     request = compile_create(body, workspace)
     agent_version = request.agent_version
     _check_tasks_quota(0, len(request.tasks))
+    code = code_digest(agent_version.manifest) if agent_version else ""
     with transaction.atomic():
         _claim_run_quota(workspace, input_bytes(request.input))
         run = Run.objects.create(
+            id=request.run_id,
             workspace=workspace,
             agent_version=agent_version,
             agent_name=agent_version.agent.name if agent_version else "",
@@ -102,15 +105,15 @@ def create_run(*, workspace: Workspace, user: Any, body: Mapping[str, Any]) -> t
             deliverable=request.deliverable or "",
             approval=request.approval,
             retry_budget=request.retry_budget,
+            code_digest=code,
+            priority=request.priority,
+            rollout=request.rollout,
         )
         txn = Txn(run=run, actor=actor_name(user))
-        txn.event(
-            None,
-            "run_created",
-            None,
-            RunStatus.PENDING,
-            data={"agent": run.agent_name or None, "version": agent_version.version if agent_version else None},
-        )
+        created: dict[str, Any] = {"agent": run.agent_name or None, "version": agent_version.version if agent_version else None}
+        if request.rollout:
+            created["rollout"] = request.rollout
+        txn.event(None, "run_created", None, RunStatus.PENDING, data=created)
         receipt = add_tasks(txn, request.tasks)
         txn.check_run()
         commit(txn)

@@ -19,6 +19,7 @@ from runs.kernel.errors import InvalidRequest
 from runs.kernel.expansion import add_tasks, arm_compaction_in, expand
 from runs.kernel.failure import call_replayable, fail_claimed
 from runs.kernel.graph import OPEN_RUN_STATUSES
+from runs.kernel.journal import journal_call, journal_write
 from runs.kernel.scheduling import after_failure, make_ready
 from runs.kernel.settling import fail_run
 from runs.kernel.worker import Claimed, held_task, merge_result, task_complete
@@ -152,6 +153,7 @@ def round_call(
     allowed_tools: Sequence[str] | None,
     tool_policies: Mapping[str, str],
     tool_timeouts: Mapping[str, float] | None = None,
+    journal_at: int | None = None,
 ) -> tuple[str | None, str | None]:
     """A harness still running its round asks for one call (F7): a registry tool or a delegating
     built-in (`{"tool", "args"}`; the latter a delegate task, F14), a person's answer (`{"ask": question}`)
@@ -162,7 +164,9 @@ def round_call(
 
     Returns `(key, None)`, `(None, refusal)` for a call that cannot be authored (the harness reads
     the refusal as the call's failure), or `(None, None)` when the claim is gone or the run stops.
-    In a paused run the call is authored and waits, like any ready task, for the resume."""
+    In a paused run the call is authored and waits, like any ready task, for the resume.
+    `journal_at`: the call's place in the round's journal (runs/kernel/journal.py), which the new
+    task takes there."""
     with locked(claimed.run_id, "model") as txn:
         task = held_task(txn, claimed)
         if task is None or task.cancel_requested or txn.run.status not in OPEN_RUN_STATUSES:
@@ -222,6 +226,9 @@ def round_call(
         if spec.kind in ("tool", "delegate") and not call_replayable(spec.kind, spec.spec):
             # The session cannot be re-run blind from here on (is_replayable): a person decides.
             task.state["nonreplayable_calls"] = [*task.state.get("nonreplayable_calls", []), key]
+        if journal_at is not None:
+            tool, digest = journal_call(call)
+            journal_write(txn, task, journal_at, {"key": key, "tool": tool, "digest": digest})
         Task.objects.filter(pk=task.pk).update(state=task.state)
         txn.event(task.key, "harness_call", data={"key": key, "tool": spec.spec.get("tool", "oz.ask"), **_native_mark(spec.spec)})
         add_tasks(txn, [spec])

@@ -13,10 +13,18 @@ from typing import Any
 from django.db.models import Q
 
 from runs import failures
+from runs.fingerprints import failure_fingerprint
 from runs.kernel import graph
 from runs.kernel.errors import Conflict
-from runs.kernel.graph import ASKING_STATUSES, FAILED_STATUSES, FINISHED_RUN_STATUSES, LIVE_STATUSES, WORKING_RUN_STATUSES
-from runs.kernel.scheduling import start
+from runs.kernel.graph import (
+    ASKING_STATUSES,
+    FAILED_STATUSES,
+    FINISHED_RUN_STATUSES,
+    LIVE_STATUSES,
+    OPEN_RUN_STATUSES,
+    WORKING_RUN_STATUSES,
+)
+from runs.kernel.scheduling import make_ready, start
 from runs.kernel.txn import Txn
 from runs.models import Finding, Run, RunStatus, Task, TaskStatus, TraceEvent
 
@@ -55,6 +63,28 @@ def _halt_stamp(pending: list[tuple[str, str]]) -> dict[str, Any]:
         "blocked_task_keys": [key for key, _ in pending],
         "kinds": list(dict.fromkeys(kind for _, kind in pending)),
     }
+
+
+def wake_parked(txn: Txn) -> None:
+    """Harnessed sessions parked on a call that has left a person's hands (issue 29: waits hold
+    nothing) are queued for a session worker again, which resumes them from their stored state;
+    the call answers from the journal. A run being canceled or finished wakes nothing: its
+    parked round is settled with the run."""
+    if txn.run.status not in OPEN_RUN_STATUSES:
+        return
+    # (In a paused run a woken round is queued and starts with the resume: make_ready.)
+    ended = set(txn.asks_ended)
+    rounds = {key.rsplit(".", 1)[0] for key in ended if "." in key}
+    parked = Task.objects.filter(run=txn.run, key__in=rounds, kind="round", status=TaskStatus.WAITING, ready=False)
+    for task in parked:
+        on = (task.state.get("parked") or {}).get("on")
+        if on not in ended:
+            continue
+        task = txn.cache.get(task.key, task)
+        txn.remember([task])
+        txn.event(task.key, "session_woken", data={"on": on})
+        make_ready(txn, task)
+    txn.flush()
 
 
 def settle_run(txn: Txn) -> None:
@@ -243,6 +273,7 @@ def _record_finding(txn: Txn, failure: Mapping[str, Any], step: Task | None) -> 
     run = txn.run
     if Finding.objects.filter(run_id=run.id).exists():
         return
+    error_key = (step.error_key or "") if step else ""
     Finding.objects.create(
         run_id=run.id,
         workspace_id=run.workspace_id,
@@ -255,9 +286,12 @@ def _record_finding(txn: Txn, failure: Mapping[str, Any], step: Task | None) -> 
         declared=failure["declared"],
         step_key=step.key if step else "",
         step_kind=step.kind if step else "",
-        error_key=(step.error_key or "") if step else "",
+        error_key=error_key,
         attempts=step.attempt if step else 0,
         created_at=txn.now,
+        fingerprint=failure_fingerprint(
+            kind=failure["kind"], agent=run.agent_name, error_key=error_key, message=failure.get("message")
+        ),
     )
 
 

@@ -97,17 +97,25 @@ def sweep_lost_messages(now: datetime | None = None, *, broker_queue_empty: bool
         return 0
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=float(settings.OZ0_REQUEUE_SECONDS))
-    lost = list(
+    rows = list(
         Task.objects.filter(status=TaskStatus.WAITING, ready=True, queued_at__lt=cutoff, kind__in=KERNEL_EXECUTED)
         .exclude(run__status=RunStatus.PAUSED)
-        .values_list("pk", flat=True)[:1000]
+        .order_by("-run__priority", "pk")  # the highest priority first (runs.kernel.priorities)
+        .values_list("pk", "run__priority")[:1000]
     )
+    lost = [pk for pk, _ in rows]
     if lost:
         Task.objects.filter(pk__in=lost).update(queued_at=now)
-        sessions = Task.objects.filter(
-            pk__in=lost, kind="round", run__agent_version__manifest__harness__has_key="kind"
-        ).values_list("pk", flat=True)
-        send_on_commit(lost, sessions=list(sessions))
+        sessions = set(
+            Task.objects.filter(pk__in=lost, kind="round", run__agent_version__manifest__harness__has_key="kind").values_list(
+                "pk", flat=True
+            )
+        )
+        by_priority: dict[int, list[int]] = {}
+        for pk, priority in rows:
+            by_priority.setdefault(priority, []).append(pk)
+        for priority, ids in by_priority.items():  # highest first: the rows' order
+            send_on_commit(ids, sessions=[i for i in ids if i in sessions], priority=priority)
     return len(lost)
 
 

@@ -24,8 +24,9 @@ from runs.kernel.graph import ASKING_STATUSES, FAILED_STATUSES, FINISHED_RUN_STA
 from runs.models import Run, Task, TaskStatus
 
 # The run-level steps a transaction runs before it writes, in this order.
-RunStep = Literal["settle_run", "restamp", "announce"]
-RUN_STEPS: tuple[RunStep, ...] = ("settle_run", "restamp", "announce")
+RunStep = Literal["wake_parked", "settle_run", "restamp", "announce"]
+# Parked sessions are woken first: a round made ready keeps the run busy when its quiescence is judged.
+RUN_STEPS: tuple[RunStep, ...] = ("wake_parked", "settle_run", "restamp", "announce")
 
 
 # Delegation's messages between two runs (F14-F16). A transaction never holds two runs' locks:
@@ -78,6 +79,9 @@ class Txn:
     expanded: set[str] = field(default_factory=set)
     # Messages to other runs, delivered after commit (see CrossRun).
     cross_run: list[tuple[CrossRun, str]] = field(default_factory=list)
+    # Composed calls that left a person's hands in this transaction (an approval decided or
+    # expired, an answer given): a harnessed session parked on one of them is woken at commit.
+    asks_ended: list[str] = field(default_factory=list)
     # Child runs this transaction opened, committed with it (see OpenedChild).
     children: list[OpenedChild] = field(default_factory=list)
 
@@ -102,6 +106,12 @@ class Txn:
                 and Run.objects.filter(pk=self.run.pk, agent_version__manifest__harness__has_key="kind").exists()
             )
         return self.harnessed
+
+    def ask_ended(self, task: Task) -> None:
+        """A composed call left a person's hands: a session parked on it wakes at commit."""
+        if task.composed and task.key not in self.asks_ended:
+            self.asks_ended.append(task.key)
+            self.due.add("wake_parked")
 
     def skip_check_run(self) -> None:
         """Taking queued work cannot make a run quiescent: spare the settle queries."""
@@ -219,6 +229,8 @@ class Txn:
         if to in ASKING_STATUSES or before in ASKING_STATUSES:
             self.announce()
             self.restamp()
+        if before in ASKING_STATUSES and to not in ASKING_STATUSES:
+            self.ask_ended(task)
         if to in FAILED_STATUSES or before in FAILED_STATUSES:
             self.restamp()
 
@@ -297,6 +309,8 @@ class Txn:
             if before in ASKING_STATUSES:
                 self.announce()
                 self.restamp()
+                for task in group:
+                    self.ask_ended(task)
         self.check_run()
 
     def resolve(self, task: Task, resolution: str | None, **data: Any) -> None:

@@ -5,17 +5,29 @@ once, checks the caller's standing, and moves under that one lock.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from runs.kernel.access import actor_name, require_content, require_write
-from runs.kernel.approvals import is_digest, spec_digest
+from runs.kernel.approvals import call_decision, spec_digest
 from runs.kernel.candidates import repair_candidates_of
 from runs.kernel.commit import locked
 from runs.kernel.compile import check_storable
 from runs.kernel.errors import Conflict, InvalidRequest, NotFound
 from runs.kernel.expansion import arm_compaction_in, await_token_digest
-from runs.kernel.failure import nonreplayable_calls, renewed, renewed_attempts, route_refusal
+from runs.kernel.failure import call_replayable, nonreplayable_calls, renewed, renewed_attempts, route_refusal
 from runs.kernel.graph import FINISHED_RUN_STATUSES
+from runs.kernel.request_shapes import (
+    APPROVE_BODY,
+    AWAIT_OUTCOME_BODY,
+    MAX_PAYLOAD_BYTES,
+    REASON_BODY,
+    RETRY_BODY,
+    check_field,
+    is_digest,
+    read_fields,
+)
 from runs.kernel.scheduling import after_failure, evaluate, make_ready, release
 from runs.kernel.settling import cancel, pause, release_hold, resume
 from runs.kernel.txn import Txn
@@ -55,8 +67,7 @@ def retry(*, run_id: Any, key: str, user: Any, confirm_calls: Any = None) -> Run
     A harnessed round that already made non-replayable calls starts its session over, and its agent
     may make them again: the retry is refused (`nonreplayable_calls_made`, the calls listed) unless
     `confirm_calls` names every one of them by its key, so the person knows what may happen twice."""
-    if confirm_calls is not None and (not isinstance(confirm_calls, list) or not all(isinstance(k, str) for k in confirm_calls)):
-        raise InvalidRequest("invalid_field", "`confirm_calls` must be a list of task keys")
+    check_field(RETRY_BODY, "confirm_calls", confirm_calls)
     with locked(run_id, actor_name(user)) as txn:
         task = _verb_task(txn, user, key)
         _require_candidate(txn, task)
@@ -100,15 +111,21 @@ def retry(*, run_id: Any, key: str, user: Any, confirm_calls: Any = None) -> Run
         return txn.run
 
 
-def abandon(*, run_id: Any, key: str, user: Any) -> Run:
-    """Settle a failure as resolved: it no longer holds the run, and its dependents are skipped."""
+def abandon(*, run_id: Any, key: str, user: Any, cancel_run: bool = False) -> Run:
+    """Settle a failure as resolved: it no longer holds the run, and its dependents are skipped.
+
+    With `cancel_run`, the run is canceled in the same transaction: the one action for a failure
+    the run's deliverable cannot do without, whose abandon alone would leave the run held again
+    (deliverable unresolved)."""
     with locked(run_id, actor_name(user)) as txn:
         task = _verb_task(txn, user, key)
         _require_candidate(txn, task)
-        txn.event(task.key, "verb", data={"verb": "abandon"})
+        txn.event(task.key, "verb", data={"verb": "abandon", **({"cancel_run": True} if cancel_run else {})})
         txn.resolve(task, "abandoned")
         release(txn, [task.key])
-        if txn.run.status == RunStatus.NEEDS_ATTENTION:
+        if cancel_run:
+            cancel(txn, reason=f"{task.key} abandoned and the run canceled", failure=None, step=None)
+        elif txn.run.status == RunStatus.NEEDS_ATTENTION:
             release_hold(txn)
         return txn.run
 
@@ -128,30 +145,122 @@ def compact(*, run_id: Any, key: str, user: Any) -> Run:
         return txn.run
 
 
-def approve(*, run_id: Any, key: str, user: Any, digest: Any = None) -> Run:
+def _pending_approval(txn: Txn, user: Any, key: str) -> Task:
+    task = _decision_task(txn, user, key)
+    if task.status != TaskStatus.NEEDS_APPROVAL:
+        raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
+    return task
+
+
+def _require_effects_confirmed(task: Task, spec: Any, confirm_effects: bool | None) -> None:
+    """A console approval says whether the person confirmed a call with effects (`confirm_effects`
+    False: asked and not confirmed). None: the caller asked nobody (the API), as before."""
+    if confirm_effects is False and not call_replayable(task.kind, spec):
+        tool = spec.get("tool")
+        raise Conflict(
+            "effects_unconfirmed",
+            f"{task.key} calls {tool}, which is not replayable: it has effects and runs once, for real; "
+            "confirm that to approve it",
+            extra={"tool": tool},
+        )
+
+
+def _require_current(task: Task, digest: Any, current: str) -> None:
+    if digest is not None and digest != current:
+        raise Conflict("approval_stale", f"the call {task.key!r} changed since you saw it; read its arguments again")
+
+
+def approve(*, run_id: Any, key: str, user: Any, digest: Any = None, confirm_effects: bool | None = None) -> Run:
     """Approve a waiting call, bound to its digest (tool + args) as it stands under the lock: the
     call runs with exactly those arguments, or passes the stage again. Given the `digest` the
     approver saw, a call that changed since answers `approval_stale` and nothing changes."""
-    if digest is not None and not is_digest(digest):
-        raise InvalidRequest("invalid_field", "`digest` must be the 64 lowercase hex characters the inbox showed")
+    check_field(APPROVE_BODY, "digest", digest)
     with locked(run_id, actor_name(user)) as txn:
-        task = _decision_task(txn, user, key)
-        if task.status != TaskStatus.NEEDS_APPROVAL:
-            raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
+        task = _pending_approval(txn, user, key)
         current = spec_digest(task.spec)
-        if digest is not None and digest != current:
-            raise Conflict("approval_stale", f"the call {key!r} changed since you saw it; read its arguments again")
+        _require_current(task, digest, current)
+        _require_effects_confirmed(task, task.spec, confirm_effects)
         txn.event(task.key, "verb", data={"verb": "approve", "digest": current})
         txn.move(task, TaskStatus.WAITING, ready=False, deadline_at=None, approved_digest=current)
         make_ready(txn, task)
         return txn.run
 
 
-def deny(*, run_id: Any, key: str, user: Any, reason: str) -> Run:
+def edited_call_args(args: Any) -> dict[str, Any]:
+    """Arguments a person typed for a call: an object the row store holds, within the payload cap.
+    Tools declare no argument schema here; these are the checks a model's own call passes."""
+    if not isinstance(args, Mapping):
+        raise InvalidRequest("invalid_args", "the edited arguments must be a JSON object, as a tool call's are")
+    check_storable(args)
+    size = len(json.dumps(args, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidRequest(
+            "payload_too_large", f"the edited arguments are {size} bytes; at most {MAX_PAYLOAD_BYTES}", status=413
+        )
+    return dict(args)
+
+
+def approve_edited(*, run_id: Any, key: str, user: Any, digest: Any, args: Any, confirm_effects: bool | None = None) -> Run:
+    """Edit a waiting call's arguments, then approve it, in one transaction: the task's args and
+    its approved digest change with the decision. `digest` is the call the person edited (required:
+    an edit of a call that changed since is `approval_stale`). The trace's verb event holds both
+    calls (the original args and digest beside the edited ones), and the task's state names the
+    editor, so the model reads that its call ran with a person's arguments (`tool_message`).
+
+    Refused, changing nothing: a framework's own tool (`not_editable`: the framework runs it with
+    its own arguments), an edit a rule of the run denies (`edit_denied_by_rule`: a denial beats a
+    person, edited or not), and an edit that would change whether the call may run again blind
+    (`edit_changes_replayability`). Unchanged arguments are a plain approval."""
+    if not is_digest(digest):
+        raise InvalidRequest("invalid_field", "`digest` must be the 64 lowercase hex characters of the call you edited")
+    edited = edited_call_args(args)
     with locked(run_id, actor_name(user)) as txn:
-        task = _decision_task(txn, user, key)
-        if task.status != TaskStatus.NEEDS_APPROVAL:
-            raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
+        task = _pending_approval(txn, user, key)
+        current = spec_digest(task.spec)
+        _require_current(task, digest, current)
+        if task.spec.get("native"):
+            raise Conflict("not_editable", f"{key} is a framework's own tool: it runs with its own arguments; approve or deny it")
+        spec = {**task.spec, "args": edited}
+        new_digest = spec_digest(spec)
+        if new_digest == current:
+            _require_effects_confirmed(task, task.spec, confirm_effects)
+            txn.event(task.key, "verb", data={"verb": "approve", "digest": current})
+            txn.move(task, TaskStatus.WAITING, ready=False, deadline_at=None, approved_digest=current)
+            make_ready(txn, task)
+            return txn.run
+        if call_replayable(task.kind, spec) != call_replayable(task.kind, task.spec):
+            raise Conflict(
+                "edit_changes_replayability", "an edit cannot change whether the call may run again blind (`replayable`)"
+            )
+        _require_effects_confirmed(task, task.spec, confirm_effects)
+        tool = str(task.spec.get("tool", ""))
+        decision, by = call_decision(txn.run.approval or {}, tool, edited)
+        if decision == "deny":
+            rule = by.get("rule")
+            raise Conflict("edit_denied_by_rule", f"a rule of this run ({rule}) denies {tool} with the edited arguments")
+        original = task.spec.get("args")
+        txn.event(
+            task.key,
+            "verb",
+            data={
+                "verb": "approve",
+                "digest": new_digest,
+                "edited": True,
+                "original_digest": current,
+                "original_args": original,
+                "args": edited,
+            },
+        )
+        state = {**task.state, "edited_by": txn.actor, "original_args": original}
+        txn.move(task, TaskStatus.WAITING, ready=False, deadline_at=None, approved_digest=new_digest, spec=spec, state=state)
+        make_ready(txn, task)
+        return txn.run
+
+
+def deny(*, run_id: Any, key: str, user: Any, reason: str) -> Run:
+    check_field(REASON_BODY, "reason", reason)
+    with locked(run_id, actor_name(user)) as txn:
+        task = _pending_approval(txn, user, key)
         # The reason is the approver's words: the trace shows it only to content readers (not structural).
         txn.event(task.key, "verb", data={"verb": "deny", "message": reason or None})
         # The model reads a denied call in the approver's words, not the tool's (F14).
@@ -181,22 +290,13 @@ def answer(*, run_id: Any, key: str, user: Any, value: Any) -> Run:
         return txn.run
 
 
-AWAIT_ERROR_MAX = 2000
-
-
 def resolve_await(*, token: Any, user: Any, value: Any, error: Any = None) -> Run:
     """Resolve a client-authored await with its bearer proof (S8): with its value, or, given an
     `error`, fail it with `await_failed` under its own policy (what it waited on failed). The proof
     names the await; the resolver still needs write standing in its workspace, as every write
     surface does (S32)."""
     check_storable(value)
-    if error is not None:
-        if not isinstance(error, str) or not error.strip():
-            raise InvalidRequest("invalid_field", "`error` must be a non-empty text saying what failed")
-        if value is not None:
-            raise InvalidRequest("invalid_request", "give the await a `value` or an `error`, not both")
-        if len(error) > AWAIT_ERROR_MAX:
-            raise InvalidRequest("invalid_field", f"`error` is {len(error)} characters; at most {AWAIT_ERROR_MAX}")
+    read_fields(AWAIT_OUTCOME_BODY, {"value": value, "error": error})
     if not isinstance(token, str) or not token or len(token) > 200:
         raise NotFound("await")
     digest = await_token_digest(token)
@@ -226,6 +326,7 @@ def cancel_run(
     *, run_id: Any, user: Any, reason: str = "", failure: dict[str, Any] | None = None, step: Task | None = None
 ) -> Run:
     """Stop a run: unstarted work is canceled at once, in-flight calls are told to stop."""
+    check_field(REASON_BODY, "reason", reason)
     with locked(run_id, actor_name(user)) as txn:
         require_write(user, txn.run.workspace_id)
         cancel(txn, reason=reason, failure=failure, step=step)

@@ -18,6 +18,7 @@ from runs.kernel.bulk import claim_named
 from runs.kernel.commit import locked, send_on_commit
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
+from runs.kernel.priorities import WAITING_KEY, by_effective_priority
 from runs.kernel.scheduling import after_failure, approval_holds, release, round_deadline, tool_deadline
 from runs.kernel.txn import Txn
 from runs.models import Run, RunStatus, Task, TaskStatus, TraceEvent
@@ -59,9 +60,17 @@ def session_room(run_id: Any, per_workspace: int) -> bool:
 
 
 def defer_queued(task_id: int) -> None:
-    """A queued task a worker sends again later (a session over its workspace's share): its queue
-    time restarts, so the lost-message sweep does not take it for lost meanwhile."""
-    Task.objects.filter(pk=task_id, status=TaskStatus.WAITING, ready=True).update(queued_at=timezone.now())
+    """A queued task a worker sends again later (a call over its workspace's share): its queue
+    time restarts, so the lost-message sweep does not take it for lost meanwhile, and the first
+    time it found no room is kept in its state (`waiting_for_share`): its priority ages from it."""
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_task SET queued_at = %s, state = CASE WHEN state ? %s THEN state"
+            " ELSE state || jsonb_build_object(%s, jsonb_build_object('since', %s::text)) END"
+            " WHERE id = %s AND status = 'waiting' AND ready",
+            [now, WAITING_KEY, WAITING_KEY, now.isoformat(), task_id],
+        )
 
 
 def claimed_from(task: Task) -> Claimed:
@@ -111,8 +120,9 @@ def _has_room(workspace_id: int, per_workspace: int) -> bool:
 
 
 def send_within_share(run_id: Any, per_workspace: int) -> list[int]:
-    """A worker of the run's workspace came free: send that workspace's oldest queued tool calls
-    and model rounds, as many as it has room for, to the back of the queue.
+    """A worker of the run's workspace came free: send that workspace's queued tool calls and
+    model rounds of the highest effective priority (runs.kernel.priorities: the run's priority,
+    aged by the call's wait), as many as it has room for, to the back of the queue.
 
     A call that found no room was not sent again (its message, acknowledged, would otherwise come
     back to a worker again and again, or wait in a worker's hands as a delayed message): it waits
@@ -127,26 +137,30 @@ def send_within_share(run_id: Any, per_workspace: int) -> list[int]:
         room = _room(workspace_id, per_workspace)
         if room <= 0:
             return []
+        now = timezone.now()
         queued = list(
-            Task.objects.filter(
-                status=TaskStatus.WAITING,
-                ready=True,
-                kind__in=KERNEL_EXECUTED,
-                run__workspace_id=workspace_id,
-                run__status__in=WORKING_RUN_STATUSES,
-            )
-            .exclude(kind="tool", spec__tool__in=quick)
-            .exclude(kind="round", run__agent_version__manifest__harness__has_key="kind")
-            .order_by("pk")  # the order they were made in, whatever their messages did meanwhile
-            .values_list("pk", "run_id")[:room]
+            by_effective_priority(
+                Task.objects.filter(
+                    status=TaskStatus.WAITING,
+                    ready=True,
+                    kind__in=KERNEL_EXECUTED,
+                    run__workspace_id=workspace_id,
+                    run__status__in=WORKING_RUN_STATUSES,
+                )
+                .exclude(kind="tool", spec__tool__in=quick)
+                .exclude(kind="round", run__agent_version__manifest__harness__has_key="kind"),
+                now,
+            ).values_list("pk", "run_id", "run__priority")[:room]
         )
-        Task.objects.filter(pk__in=[pk for pk, _ in queued]).update(queued_at=timezone.now())
+        Task.objects.filter(pk__in=[pk for pk, _, _ in queued]).update(queued_at=now)
         by_run: dict[Any, list[int]] = {}
-        for pk, run in queued:
+        priorities: dict[Any, int] = {}
+        for pk, run, priority in queued:
             by_run.setdefault(run, []).append(pk)
+            priorities[run] = priority
         for run, ids in by_run.items():
-            send_on_commit(ids, run)
-    return [pk for pk, _ in queued]
+            send_on_commit(ids, run, priority=priorities[run])
+    return [pk for pk, _, _ in queued]
 
 
 def claim_task(run_id: Any, task_id: int, claim: str, *, per_workspace: int = 0) -> Claimed | NoRoom | None:
@@ -212,22 +226,28 @@ def claim_session(run_id: Any, task_id: int, claim: str, per_workspace: int) -> 
             Task.objects.filter(pk=task.pk, status=TaskStatus.WAITING).update(**fields)
             txn.skip_check_run()
             return SessionClaim(None, full=True)
-        if "waiting_for_slot" in task.state:
-            task.state = {k: v for k, v in task.state.items() if k != "waiting_for_slot"}
+        if "waiting_for_slot" in task.state or "released" in task.state:
+            # (`released`: left by a session whose worker was lost while it waited on a person.)
+            task.state = {k: v for k, v in task.state.items() if k not in ("waiting_for_slot", "released")}
             Task.objects.filter(pk=task.pk).update(state=task.state)
         claimed = _claim_held(txn, task, claim)  # a session's share is the cap above, not the workers'
         return SessionClaim(None if isinstance(claimed, NoRoom) else claimed)
 
 
 def running_sessions(workspace_id: Any) -> int:
-    """The workspace's harnessed rounds holding a session thread (running, claimed)."""
-    return Task.objects.filter(
-        kind="round",
-        status=TaskStatus.RUNNING,
-        claim__isnull=False,
-        run__workspace_id=workspace_id,
-        run__agent_version__manifest__harness__has_key="kind",
-    ).count()
+    """The workspace's harnessed rounds holding a session thread (running, claimed): a released
+    one (waiting on a person, its process kept by the keeper, runs.kernel.releases) holds none."""
+    return (
+        Task.objects.filter(
+            kind="round",
+            status=TaskStatus.RUNNING,
+            claim__isnull=False,
+            run__workspace_id=workspace_id,
+            run__agent_version__manifest__harness__has_key="kind",
+        )
+        .exclude(state__has_key="released")
+        .count()
+    )
 
 
 def _claim_held(txn: Txn, task: Task, claim: str, *, per_workspace: int = 0) -> Claimed | NoRoom | None:
@@ -237,6 +257,10 @@ def _claim_held(txn: Txn, task: Task, claim: str, *, per_workspace: int = 0) -> 
         return None
     if per_workspace > 0 and not _has_room(txn.run.workspace_id, per_workspace):
         return NO_ROOM
+    if WAITING_KEY in task.state:
+        # Its wait is over: a later wait (a retry's) ages from its own start.
+        task.state = {k: v for k, v in task.state.items() if k != WAITING_KEY}
+        Task.objects.filter(pk=task.pk).update(state=task.state)
     txn.move(
         task,
         TaskStatus.RUNNING,

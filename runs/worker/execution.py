@@ -21,6 +21,7 @@ from functools import partial
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from oz0site import tracing
 from runs import kernel
 from runs.kernel import Claimed, KernelError, check_storable
 from runs.worker.harness import harness_of, run_harnessed_round
@@ -141,20 +142,35 @@ def execute_session(task_id: int, run_id: str | None = None) -> bool:
 
 
 def execute_claimed(claimed: Claimed, cancel: threading.Event) -> None:
-    """Run a claimed call to its report. Whatever goes wrong on the way, the claim is never left
-    behind: an unexpected exception settles the call as failed with the key `error`, where an
+    """Run a claimed call to its report, in its task's span (oz0site.tracing)."""
+    with tracing.task_span(claimed):
+        _execute_claimed(claimed, cancel)
+
+
+def _execute_claimed(claimed: Claimed, cancel: threading.Event) -> None:
+    if claimed.kind == "tool":
+        guarded(claimed, lambda: run_tool(claimed, cancel))
+    elif (harness := harness_of(claimed)) is not None:  # an agent written in a framework drives this round (F7)
+
+        def harnessed() -> None:
+            with tracing.harness_span(claimed, str(harness.get("kind"))):
+                run_harnessed_round(claimed, cancel)
+
+        guarded(claimed, harnessed)
+    else:
+        guarded(claimed, lambda: run_round(claimed, cancel))
+
+
+def guarded(claimed: Claimed, body: Callable[[], None]) -> None:
+    """Run a claimed call to its report (`body`). Whatever goes wrong on the way, the claim is never
+    left behind: an unexpected exception settles the call as failed with the key `error`, where an
     abandoned claim would only be handed on by the lease sweep, again and again.
 
     A database that stays unreachable is not the call's failure: a report that could not be
     written, or a database error met while driving a round, leaves the claim to the lease sweep
     (a replayable call runs again, a non-replayable one waits for a person), never a false `failed`."""
     try:
-        if claimed.kind == "tool":
-            run_tool(claimed, cancel)
-        elif harness_of(claimed) is not None:  # an agent written in a framework drives this round (F7)
-            run_harnessed_round(claimed, cancel)
-        else:
-            run_round(claimed, cancel)
+        body()
     except DatabaseUnavailable:
         log.error("task %s (%s): its report could not be written; the lease sweep will hand it on", claimed.task_id, claimed.key)
     except Exception as error:
@@ -196,7 +212,7 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
     with Heartbeat(partial(kernel.heartbeat, claim), f"batch {claim}") as beat:
         cancel = beat.cancel
         while claimed:
-            outcomes = [tool_outcome(call, cancel) for call in claimed]
+            outcomes = [batched_outcome(call, cancel) for call in claimed]
             # Quick calls this chunk made ready are run here next, for a while, rather than queued:
             # claimed in the transaction that settles this chunk.
             take = CONTINUATION_WIDTH if time.monotonic() < deadline else 0
@@ -224,8 +240,21 @@ def execute_batch(task_ids: list[int], run_id: str | None) -> None:
             cancel = beat.follow(partial(kernel.heartbeat, claim))
 
 
+def batched_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:
+    """A call of a chunk, in its task's span (the chunk is reported together, after)."""
+    with tracing.task_span(claimed):
+        return tool_outcome(claimed, cancel)
+
+
 def tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:
-    """Run a claimed tool call and say how it ended; the caller reports it to the kernel."""
+    """Run a claimed tool call and say how it ended, in its span; the caller reports it to the kernel."""
+    with tracing.tool_span(claimed) as traced:
+        outcome = _tool_outcome(claimed, cancel)
+        traced.outcome(outcome.error[0] if outcome.error else None, stopped=outcome.stopped)
+    return outcome
+
+
+def _tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:
     name = claimed.spec.get("tool", "")
     function = function_of(name)
     if function is None:
@@ -241,6 +270,11 @@ def tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:
     except KernelError as error:
         return kernel.Outcome(claimed, error=("tool_failed", f"the tool's result cannot be stored: {error.detail}"))
     except Exception as error:  # a tool's bug is the tool's failure, never a stuck run
+        if is_database_error(error):
+            # The database away mid-call is no verdict on the tool: the claim is left to the lease
+            # sweep (a replayable call runs again, a non-replayable one waits for a person), never
+            # a false `tool_failed` (the chaos run met one: an effect's ledger write in the outage).
+            raise
         log.exception("tool %s failed", name)
         return kernel.Outcome(claimed, error=("tool_failed", f"{type(error).__name__}: {error}"))
     return kernel.Outcome(claimed, value=value)

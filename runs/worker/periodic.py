@@ -10,6 +10,9 @@ A sweep that fails is logged and the others still run; the next pass tries it ag
 that could not see the database for a while (an outage) gives every holder that much more time
 before its lease counts as expired (`DatabaseWatch`): no holder could heartbeat meanwhile either.
 
+Retention (`Pruner`) runs in another thread of beat's, every OZ0_PRUNE_SECONDS: a pass over tens
+of millions of trace rows takes minutes, and the claims sweep must not wait behind it.
+
 Workers stamp their own liveness (`WorkerAlive`, a thread of the worker's main process) every
 quarter of OZ0_WORKER_STALE_SECONDS, however busy their slots are.
 """
@@ -26,7 +29,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import close_old_connections
 
-from runs import idempotency, kernel
+from oz0site.metering import meter, priority_lists
+from runs import idempotency, kernel, retention
 from runs.worker.reporting import is_database_error, replace_connection
 
 log = logging.getLogger(__name__)
@@ -36,7 +40,7 @@ def broker_queue_empty() -> bool:
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     try:
         queues = (settings.CELERY_TASK_DEFAULT_QUEUE, settings.OZ0_SESSION_QUEUE)
-        return all(int(client.llen(queue)) == 0 for queue in queues)
+        return all(int(client.llen(name)) == 0 for queue in queues for name in priority_lists(queue))
     finally:
         client.close()
 
@@ -96,7 +100,16 @@ _default_watch: DatabaseWatch | None = None
 def _expired_claims(watch: DatabaseWatch) -> int:
     swept = kernel.sweep_expired_claims(grace=watch.grace(time.monotonic()))
     watch.answered(time.monotonic())
+    if swept:
+        meter.count("oz0_lease_expiries_total", (("kind", "claim"),), swept)
     return swept
+
+
+def _expired_leases() -> int:
+    expired = kernel.sweep_expired_leases()
+    if expired:
+        meter.count("oz0_lease_expiries_total", (("kind", "executor"),), expired)
+    return expired
 
 
 def _lost_messages() -> object:
@@ -106,7 +119,7 @@ def _lost_messages() -> object:
 SWEEPS: tuple[tuple[str, Callable[[], object]], ...] = (
     ("clocks", kernel.sweep_clocks),
     ("lost-message", _lost_messages),
-    ("executor lease", kernel.sweep_expired_leases),
+    ("executor lease", _expired_leases),
     ("unserved-call", kernel.sweep_unserved_calls),
     ("delegation", kernel.sweep_delegations),
     ("idempotency-key", idempotency.sweep_expired_keys),
@@ -124,12 +137,14 @@ def run_all(watch: DatabaseWatch | None = None) -> None:
     except Exception as error:  # Redis away: the sweeps still run
         log.warning("the sweep's heartbeat could not be recorded: %s", error)
     for name, sweep in (("claims", lambda: _expired_claims(watch)), *SWEEPS):
+        started = time.perf_counter()
         try:
             sweep()
         except Exception as error:
             log.exception("the %s sweep failed", name)
             if is_database_error(error):
                 replace_connection()
+        meter.observe("oz0_sweep_duration_seconds", (("sweep", name),), time.perf_counter() - started)
 
 
 class Sweeper:
@@ -159,6 +174,35 @@ class Sweeper:
             except Exception:  # nothing may end the sweeper
                 log.exception("a sweep pass failed")
             pause = max(0.0, self.period - (time.monotonic() - started))
+
+
+class Pruner:
+    """Retention's passes (runs/retention.py), every OZ0_PRUNE_SECONDS, in a thread of beat's own."""
+
+    def __init__(self) -> None:
+        self.period = float(settings.OZ0_PRUNE_SECONDS)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="oz0-pruner", daemon=True)
+
+    def start(self) -> Pruner:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _loop(self) -> None:
+        while not self.stopped.wait(self.period):
+            close_old_connections()
+            try:
+                pruned = retention.prune()
+                meter.count("oz0_pruned_rows_total", (("table", "trace"),), pruned.trace)
+                meter.count("oz0_pruned_rows_total", (("table", "findings"),), pruned.findings)
+                meter.observe("oz0_sweep_duration_seconds", (("sweep", "retention"),), pruned.seconds)
+            except Exception as error:  # nothing may end the pruner; the next pass tries again
+                log.exception("a retention pass failed")
+                if is_database_error(error):
+                    replace_connection()
 
 
 class WorkerAlive:

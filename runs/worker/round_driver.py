@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
+from oz0site import tracing
 from runs import failures, kernel
 from runs.kernel import MAX_PAYLOAD_BYTES, Claimed
 from runs.models import Run, Task
@@ -110,7 +111,9 @@ def run_round(claimed: Claimed, cancel: threading.Event) -> None:
         cursors[cursor_key] = cursors.get(cursor_key, 0) + 1
         state.update(step_attempts=step_attempts, cursors=cursors)
         try:
-            answer = get_provider(route).complete(request)
+            with tracing.model_request(route, step_attempts[route]) as traced:
+                answer = get_provider(route).complete(request)
+                traced.answered(answer.usage, answer.finish)
         except AttemptFailed as attempt:
             _bill(usage, attempt.usage)
             calls_log.append(_call_entry(route, step_attempts[route], attempt=attempt, request=request, state=state))
@@ -364,14 +367,19 @@ def _history(task: Task, run: Run, state: dict[str, Any], manifest: Mapping[str,
 
 
 def tool_message(source: Task) -> dict[str, Any]:
-    """A tool's answer for the model; a failed call is labelled as failed, with the tool's words."""
+    """A tool's answer for the model; a failed call is labelled as failed, with the tool's words.
+    A call a person edited before approving says so, by whom, and with which arguments it ran."""
+    edited = _edit_label(source)
     if source.status == "completed":
         return {
             "role": "tool",
             "id": source.key,
             "tool": source.spec.get("tool"),
             "ok": True,
-            "content": _as_text((source.result or {}).get("value")),
+            # In the content too: a provider passes the model a tool message's content alone.
+            "content": (f"[{edited['edited']['note']}: {_as_text(source.spec.get('args'))}]\n" if edited else "")
+            + _as_text((source.result or {}).get("value")),
+            **edited,
         }
     failure = failures.task_failure(source.status, source.error_key, source.error_detail, content=True) or (
         failures.platform_failure("error", source.error_detail)
@@ -382,6 +390,7 @@ def tool_message(source: Task) -> dict[str, Any]:
         **failure,
         "error": source.error_key,
         "words_of": _words_of(source),
+        **edited,
     }
     return {
         "role": "tool",
@@ -389,7 +398,15 @@ def tool_message(source: Task) -> dict[str, Any]:
         "tool": source.spec.get("tool"),
         "ok": False,
         "content": json.dumps(label, sort_keys=True),
+        **edited,
     }
+
+
+def _edit_label(source: Task) -> dict[str, Any]:
+    editor = (source.state or {}).get("edited_by")
+    if not editor:
+        return {}
+    return {"edited": {"by": editor, "args": source.spec.get("args"), "note": f"{editor} edited your arguments before approving"}}
 
 
 def _words_of(source: Task) -> str:
@@ -510,7 +527,9 @@ def _run_summarizer(claimed: Claimed, task: Task, run: Run, cancel: threading.Ev
         tools=[],
     )
     try:
-        answer = get_provider(route).complete(request)
+        with tracing.model_request(route, 1) as traced:
+            answer = get_provider(route).complete(request)
+            traced.answered(answer.usage, answer.finish)
     except AttemptFailed as failure:
         calls = [_call_entry(route, 1, attempt=failure, request=request)]
         settle(

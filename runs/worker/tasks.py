@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from celery import shared_task
 from celery.exceptions import Reject
@@ -37,12 +38,17 @@ def execute_task(task_id: int, run_id: str | None = None) -> None:
 SESSION_RETRY_SECONDS = 5
 
 
-@shared_task(name="runs.tasks.execute_session", acks_late=True, reject_on_worker_lost=True)
-def execute_session(task_id: int, run_id: str | None = None) -> None:
+@shared_task(name="runs.tasks.execute_session", acks_late=True, reject_on_worker_lost=True, bind=True)
+def execute_session(self: Any, task_id: int, run_id: str | None = None) -> None:
     with requeued_while_the_database_is_away():
         started = execution.execute_session(task_id, run_id)
     if not started:
-        execute_session.apply_async((task_id, run_id), countdown=SESSION_RETRY_SECONDS, queue=settings.OZ0_SESSION_QUEUE)
+        # Sent again with the message priority it came with (its run's: runs.kernel.priorities).
+        priority = (self.request.delivery_info or {}).get("priority")
+        options: dict[str, Any] = {"countdown": SESSION_RETRY_SECONDS, "queue": settings.OZ0_SESSION_QUEUE}
+        if isinstance(priority, int):
+            options["priority"] = priority
+        execute_session.apply_async((task_id, run_id), **options)
 
 
 @shared_task(name="runs.tasks.execute_batch", acks_late=True, reject_on_worker_lost=True)

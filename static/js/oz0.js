@@ -63,10 +63,20 @@
   document.addEventListener("click", function (event) {
     var close = event.target.closest && event.target.closest(".toast-close");
     if (close) {
-      var toast = close.closest(".toast");
+      var toast = close.closest(".toast, .meanwhile");
       if (toast) {
         toast.remove();
       }
+    }
+  });
+
+  // The task drawer closes in place (its link, without script, goes back to the run page).
+  document.addEventListener("click", function (event) {
+    var close = event.target.closest && event.target.closest(".drawer-close");
+    var drawer = close && close.closest("#task-drawer");
+    if (drawer) {
+      event.preventDefault();
+      drawer.innerHTML = "";
     }
   });
 
@@ -75,6 +85,33 @@
     if (select.matches && select.matches("[data-autosubmit]") && select.form) {
       select.form.requestSubmit();
     }
+  });
+
+  // Bulk repair's preview: unticking a run keeps the count, the button and the confirm's words
+  // true to what is sent (the server repairs only the ticked ids, whatever this says).
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    var form = box.matches && box.matches(".bulk-tick") && box.form;
+    if (!form) { return; }
+    var ticks = form.querySelectorAll(".bulk-tick");
+    var ticked = 0, others = 0, secret = 0;
+    for (var i = 0; i < ticks.length; i++) {
+      if (!ticks[i].checked) { continue; }
+      ticked += 1;
+      var row = ticks[i].closest("tr");
+      if (row && !row.hasAttribute("data-mine")) { others += 1; }
+      if (row && row.hasAttribute("data-private")) { secret += 1; }
+    }
+    var shown = form.querySelector("[data-ticked]");
+    if (shown) { shown.textContent = String(ticked); }
+    var button = form.querySelector("button[data-bulk-confirm]");
+    var words = form.getAttribute("data-verb-word") + " " + ticked + " ticked run" + (ticked === 1 ? "" : "s");
+    if (button) {
+      button.disabled = ticked === 0;
+      button.textContent = words;
+    }
+    var whose = others ? " " + others + " of them other people's, " + secret + " private." : (secret ? " " + secret + " of them private." : "");
+    form.setAttribute("hx-confirm", words + "?" + whose + " Each run is repaired as one click would; this cannot be undone.");
   });
 
   // Relative times ("waited 3m 02s", "23h 59m left") tick in the browser from <time datetime>.
@@ -138,7 +175,9 @@
   }
   document.addEventListener("htmx:beforeSwap", function (event) {
     var xhr = event.detail.xhr;
-    if (xhr && xhr.status >= 400 && xhr.getResponseHeader("HX-Retarget") === "#toasts") {
+    var target = event.detail.target;
+    var toToasts = xhr && (xhr.getResponseHeader("HX-Retarget") === "#toasts" || (target && target.id === "toasts"));
+    if (xhr && xhr.status >= 400 && toToasts) {
       event.detail.shouldSwap = true;
       event.detail.isError = false;
     }
@@ -181,7 +220,39 @@
     if (!target || !target.closest) { return false; }
     return !!target.closest("input, textarea, select, [contenteditable], [contenteditable='true']");
   }
+  // A call that is not replayable has effects: `a` arms its approval (the hint shows), a second
+  // `a` ticks its confirmation and approves; any other key disarms it.
+  function disarm() {
+    var armed = document.querySelectorAll("#inbox-items article.item[data-armed]");
+    for (var i = 0; i < armed.length; i++) {
+      armed[i].removeAttribute("data-armed");
+      var hint = armed[i].querySelector(".confirm-hint");
+      if (hint) { hint.hidden = true; }
+    }
+  }
+  function approveWithEffects(item, control) {
+    if (item.getAttribute("data-armed") !== "true") {
+      disarm();
+      item.setAttribute("data-armed", "true");
+      var hint = item.querySelector(".confirm-hint");
+      if (hint) { hint.hidden = false; }
+      return;
+    }
+    disarm();
+    var box = control.form && control.form.querySelector("input[name=confirm_effects]");
+    if (box) { box.checked = true; }
+    control.click();
+  }
+  // Ctrl+Enter (Cmd+Enter on a Mac) in an answer or an edited call sends its form.
   document.addEventListener("keydown", function (event) {
+    if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) { return; }
+    var field = event.target;
+    if (!field || !field.matches || !field.matches("textarea") || !field.form) { return; }
+    event.preventDefault();
+    field.form.requestSubmit();
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "a") { disarm(); }
     if (event.key === "Escape" && typing(event.target)) {
       var owner = event.target.closest("article.item");
       if (owner) { owner.focus(); }
@@ -198,7 +269,11 @@
       case "k": select(items, index < 0 ? 0 : index - 1, true); break;
       case "a":
         control = item && item.querySelector('button[data-verb="approve"]');
-        if (control) { control.click(); }
+        if (control && control.getAttribute("data-effects") === "true") {
+          approveWithEffects(item, control);
+        } else if (control) {
+          control.click();
+        }
         break;
       case "d":
         control = item && item.querySelector("details.deny");
@@ -231,11 +306,86 @@
     select(items, item ? items.indexOf(item) : current.index, lost);
   });
 
-  // Keep only the newest few toasts.
-  document.addEventListener("htmx:afterSwap", function () {
-    var toasts = document.querySelectorAll("#toasts .toast");
-    for (var i = 6; i < toasts.length; i++) {
-      toasts[i].remove();
+  // A half-typed deny reason or answer survives a live refresh (its box is hx-preserve'd). When
+  // the refresh drops its item (someone decided it first), the refresh names the item as a draft,
+  // the server says who decided it meanwhile, and the words typed are shown there, unsent.
+  var drafts = {};
+  function draftOf(field) {
+    var item = field.closest("article.item");
+    return item && item.getAttribute("data-task") ? item.getAttribute("data-run") + ":" + item.getAttribute("data-task") : null;
+  }
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (!event.detail.elt || event.detail.elt.id !== "inbox-items") { return; }
+    var keep = {};
+    var fields = document.querySelectorAll('#inbox-items details.deny input[name=reason], #inbox-items form.answer-form textarea[name=value]');
+    for (var i = 0; i < fields.length; i++) {
+      var key = draftOf(fields[i]);
+      if (key && fields[i].value.trim()) { keep[key] = fields[i].value; }
+    }
+    var shown = document.querySelectorAll("#inbox-items .meanwhile[data-draft]");
+    for (var j = 0; j < shown.length; j++) {
+      var gone = shown[j].getAttribute("data-draft");
+      if (drafts[gone] !== undefined) { keep[gone] = drafts[gone]; }
+    }
+    drafts = keep;
+    var names = Object.keys(keep);
+    if (names.length) { event.detail.parameters.draft = names; }
+  });
+  document.addEventListener("htmx:afterSettle", function (event) {
+    if (!event.detail.target || event.detail.target.id !== "inbox-items") { return; }
+    var notes = document.querySelectorAll("#inbox-items .meanwhile[data-draft]");
+    for (var i = 0; i < notes.length; i++) {
+      var text = drafts[notes[i].getAttribute("data-draft")];
+      var slot = notes[i].querySelector(".draft-text");
+      if (slot && text) { slot.textContent = "What you typed was not sent: \u201c" + text + "\u201d"; }
     }
   });
+
+  // Keep only the newest few toasts; each leaves by itself after a while (a refusal stays longer,
+  // and none leaves while the pointer rests on it).
+  var TOAST_MS = { ok: 6000, other: 15000 };
+  function expire(toast) {
+    if (toast.getAttribute("data-expires")) { return; }
+    toast.setAttribute("data-expires", "true");
+    var wait = toast.getAttribute("data-outcome") === "ok" ? TOAST_MS.ok : TOAST_MS.other;
+    (function later() {
+      window.setTimeout(function () {
+        if (toast.matches(":hover")) { later(); return; }
+        toast.remove();
+      }, wait);
+    })();
+  }
+  function tidyToasts() {
+    var toasts = document.querySelectorAll("#toasts .toast");
+    for (var i = 0; i < toasts.length; i++) {
+      if (i >= 6) { toasts[i].remove(); } else { expire(toasts[i]); }
+    }
+  }
+  document.addEventListener("htmx:afterSwap", tidyToasts);
+  document.addEventListener("DOMContentLoaded", function () {
+    var box = document.getElementById("toasts");
+    if (box) { new MutationObserver(tidyToasts).observe(box, { childList: true }); }
+    tidyToasts();
+  });
+
+  // The page title carries how many items wait on a person (the inbox's "All" count less the
+  // client awaits, read-only here: its data-pending), kept as it changes.
+  function titleCount() {
+    var count = document.querySelector('#inbox-items [data-count="all"]');
+    if (!count) { return; }
+    var base = document.title.replace(/^\(\S+\) /, "");
+    var text = (count.getAttribute("data-pending") || count.textContent).trim();
+    document.title = text && text !== "0" ? "(" + text + ") " + base : base;
+  }
+  // A panel that starts collapsed on a narrow screen (Repair many) opens on a wide one.
+  function openWide() {
+    if (!window.matchMedia || !window.matchMedia("(min-width: 821px)").matches) { return; }
+    document.querySelectorAll("details[data-open-wide]:not([data-opened])").forEach(function (panel) {
+      panel.open = true;
+      panel.setAttribute("data-opened", "");
+    });
+  }
+  document.addEventListener("DOMContentLoaded", openWide);
+  document.addEventListener("DOMContentLoaded", titleCount);
+  document.addEventListener("htmx:afterSettle", titleCount);
 })();

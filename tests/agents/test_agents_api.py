@@ -26,7 +26,14 @@ def _name() -> str:
 def test_it_registers_an_agent_and_versions_changes(team: Team) -> None:
     name = _name()
     status, body = team.api().post("/agents", {"manifest": _manifest(name)})
-    assert status == 201 and body == {"name": name, "workspace": team.slug, "version": 1, "created": True, "warnings": []}
+    assert status == 201 and body == {
+        "name": name,
+        "workspace": team.slug,
+        "version": 1,
+        "created": True,
+        "warnings": [],
+        "canary": None,
+    }
     status, body = team.api().post("/agents", {"manifest": _manifest(name)})
     assert status == 201 and body["version"] == 1 and body["created"] is False
     status, body = team.api().post("/agents", {"manifest": _manifest(name, "vanished")})

@@ -63,7 +63,17 @@ def test_it_resolves_the_models_in_the_agents_app_on_the_old_tables() -> None:
 
 def test_it_keeps_the_tables_columns_and_constraints() -> None:
     schema = _schema()
-    assert {name for name, _, _ in schema["runs_agent"]["columns"]} == {"id", "workspace_id", "name", "created_at"}
+    assert {name for name, _, _ in schema["runs_agent"]["columns"]} == {
+        "id",
+        "workspace_id",
+        "name",
+        "created_at",
+        # added after the move (issue 33: canary rollouts)
+        "stable_version_id",
+        "canary_version_id",
+        "canary_percent",
+        "canary_since",
+    }
     assert {name for name, _, _ in schema["runs_agentversion"]["columns"]} == {
         "id",
         "agent_id",
@@ -72,6 +82,7 @@ def test_it_keeps_the_tables_columns_and_constraints() -> None:
         "manifest",
         "digest",
         "created_at",
+        "code_digest",  # added after the move (issue 29: the code a version runs)
     }
     agent = schema["runs_agent"]["constraints"]
     assert agent["agent_unique_name_per_workspace"][:2] == (("workspace_id", "name"), True)

@@ -45,13 +45,16 @@ def server(live: LiveStack, tmp_path: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"daphne exited {proc.returncode}: {(tmp_path / 'daphne.log').read_text()[-4000:]}")
         try:
-            return httpx.get(f"{url}/api/v1/openapi.json", timeout=1).status_code == 200
+            return httpx.get(f"{url}/api/v1/openapi.json", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
 
     try:
-        wait_for(up, timeout=30, message="daphne to listen")
+        # Generous: on a loaded 2-core machine a cold daphne and the first schema render take a while.
+        wait_for(up, timeout=120, message="daphne to listen")
         yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -11,7 +11,14 @@ from tenancy.models import Workspace
 from tests.console import states
 
 
-def held(workspace: Workspace, user: Any, *, errors: tuple[str, ...] = ("tool_failed",), agent: str | None = None) -> Run:
+def held(
+    workspace: Workspace,
+    user: Any,
+    *,
+    errors: tuple[str, ...] = ("tool_failed",),
+    agent: str | None = None,
+    private: bool = False,
+) -> Run:
     """A run held on its halt tasks t0, t1, … (one per error key), with `c` waiting after them."""
     keys = [f"t{i}" for i in range(len(errors))]
     tasks: list[dict[str, Any]] = [
@@ -22,6 +29,8 @@ def held(workspace: Workspace, user: Any, *, errors: tuple[str, ...] = ("tool_fa
     body: dict[str, Any] = {"tasks": tasks, "deliverable": "c"}
     if agent:
         body["agent"] = agent
+    if private:
+        body["private"] = True
     run, _ = kernel.create_run(workspace=workspace, user=user, body=body)
     for key, error in zip(keys, errors, strict=True):
         claimed = kernel.claim_task(None, states.task(run, key).pk, f"claim-{key}")

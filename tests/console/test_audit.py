@@ -284,6 +284,9 @@ def cursor_of(values: Any) -> str:
         "run=not-a-run",
         "run=" + "443647d5-3556-44a3-9c19-4aa4121a67e5" + "-" * 30,
         "since=yesterday",
+        "since=0.5",
+        "until=1780000000",
+        "since=2026-01-01T00:00:00",
         "until=2026-13-01T00:00:00Z",
         "since=" + "9" * 5000,
         "actor=" + "a" * 151,
@@ -320,7 +323,21 @@ def test_it_exports_csv_with_a_header_no_formulas_and_the_same_redaction(team: T
     kernel.cancel_run(run_id=run.pk, user=team.users["operator"], reason="+SUM(A1:A9)")
     rows = csv_rows(team, "operator")
     header, body = rows[0], rows[1:]
-    assert header == ["at", "actor", "verb", "run", "task", "agent", "reason", "answer", "tasks", "content_visible"]
+    assert header == [
+        "at",
+        "actor",
+        "verb",
+        "run",
+        "task",
+        "agent",
+        "reason",
+        "answer",
+        "tasks",
+        "content_visible",
+        "edited",
+        "original_args",
+        "args",
+    ]
     assert len(body) == 12
     column = {name: i for i, name in enumerate(header)}
     reasons = {r[column["verb"]] + r[column["run"]]: r[column["reason"]] for r in body}

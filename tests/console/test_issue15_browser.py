@@ -125,7 +125,7 @@ def test_it_refuses_an_approval_whose_call_changed_since_the_page_showed_it(live
     item = page.locator('article[data-task="r1.1"]')
     expect(item.locator("pre.args")).to_contain_text("ship the <b>release</b>")
     shown = call_digest("test.echo", {"value": 1, "note": "ship the <b>release</b>"})
-    expect(item.locator('input[name="digest"]')).to_have_value(shown)
+    expect(item.locator('form:has(button[data-verb="approve"]) input[name="digest"]')).to_have_value(shown)
 
     new_args = {"value": 2, "note": "ship the <i>other</i> release"}
     reauthor(run, "r1.1", new_args)
@@ -142,7 +142,9 @@ def test_it_refuses_an_approval_whose_call_changed_since_the_page_showed_it(live
 
     # The refusal refreshes the page's live fragments: the new arguments, and their digest, are shown.
     expect(item.locator("pre.args")).to_contain_text("ship the <i>other</i> release", timeout=10_000)
-    expect(item.locator('input[name="digest"]')).to_have_value(call_digest("test.echo", new_args))
+    expect(item.locator('form:has(button[data-verb="approve"]) input[name="digest"]')).to_have_value(
+        call_digest("test.echo", new_args)
+    )
     item.locator('button[data-verb="approve"]').click()
     expect(page.locator('#toasts [data-outcome="ok"]')).to_contain_text("Approved")
     wait_for(lambda: Run.objects.get(pk=run.pk).status == "completed", message="the run completed")

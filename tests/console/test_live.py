@@ -38,23 +38,30 @@ def live_state(html: str) -> dict[str, str]:
     return dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', state.group(1)))
 
 
-def test_the_trace_appends_only_the_events_after_a_seq(team: Team) -> None:
+def trace_state(html: str) -> dict[str, str]:
+    """The trace's position and filter, which the run page's live refresh sends with its own state."""
+    state = re.search(r'<div class="trace-state" hidden[^>]*>(.*?)</div>', html)
+    assert state is not None
+    return dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', state.group(1)))
+
+
+def test_the_trace_puts_only_the_events_after_a_seq_on_top(team: Team) -> None:
     run = states.halted_run(team.workspace, team.users["operator"])
     last = TraceEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True)[0]
     assert last > 3
     client = client_for(team, "reader")
     page = client.get(f"/runs/{run.pk}/").content.decode()
-    assert seqs(page) == list(range(1, last + 1))
-    assert live_state(page) == {"seen": live_state(page)["seen"], "after": str(last)} and f"{last} events" in page
+    assert seqs(page) == list(range(last, 0, -1))  # newest first
+    assert trace_state(page) == {"after": str(last), "task": "", "event": ""} and f"{last} events" in page
 
     later = client.get(f"/runs/{run.pk}/", {"after": 3}, **HTMX).content.decode()
-    assert seqs(later) == list(range(4, last + 1))
-    assert '<ol id="trace-rows" hx-swap-oob="beforeend">' in later
-    assert live_state(later)["after"] == str(last)
+    assert seqs(later) == list(range(last, 3, -1))
+    assert '<ol id="trace-rows" hx-swap-oob="afterbegin">' in later
+    assert trace_state(later)["after"] == str(last)
     assert 'class="run-head"' in later  # the regions come with them
 
     none_later = client.get(f"/runs/{run.pk}/", {"after": last}, **HTMX).content.decode()
-    assert seqs(none_later) == [] and "trace-rows" not in none_later and live_state(none_later)["after"] == str(last)
+    assert seqs(none_later) == [] and "trace-rows" not in none_later and "trace-state" not in none_later
 
 
 @pytest.mark.parametrize("after", ["-1", "abc", "1.5", "1e3", "", " 3", "99999999999999999999", "9223372036854775808", "٣"])
@@ -96,15 +103,16 @@ def test_a_live_list_answers_again_once_something_changed(team: Team) -> None:
     inbox = client.get(f"/w/{team.slug}/inbox/").content.decode()
     run_page = client.get(f"/runs/{run.pk}/").content.decode()
     after = max(seqs(run_page))
+    assert trace_state(run_page)["after"] == str(after)
     kernel.approve(run_id=run.pk, key="r1.1", user=team.users["operator"])
 
     refreshed = client.get(f"/w/{team.slug}/inbox/", live_state(inbox), **HTMX)
     assert refreshed.status_code == 200 and 'data-task="r1.1"' not in refreshed.content.decode()
     assert client.get(f"/w/{team.slug}/inbox/", live_state(refreshed.content.decode()), **HTMX).status_code == 204
 
-    moved = client.get(f"/runs/{run.pk}/", live_state(run_page), **HTMX).content.decode()
-    assert min(seqs(moved)) == after + 1 and live_state(moved)["after"] == str(max(seqs(moved)))
-    assert client.get(f"/runs/{run.pk}/", live_state(moved), **HTMX).status_code == 204
+    moved = client.get(f"/runs/{run.pk}/", live_state(run_page) | trace_state(run_page), **HTMX).content.decode()
+    assert min(seqs(moved)) == after + 1 and trace_state(moved)["after"] == str(max(seqs(moved)))
+    assert client.get(f"/runs/{run.pk}/", live_state(moved) | trace_state(moved), **HTMX).status_code == 204
 
 
 def test_the_run_page_shows_waiting_tasks_with_the_inbox_card(team: Team) -> None:

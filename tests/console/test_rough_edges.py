@@ -132,6 +132,20 @@ def test_it_answers_a_missing_task_or_a_hidden_run_with_a_404_toast(team: Team) 
     assert states.task(run, "r1.1").status == "needs_approval"
 
 
+def test_a_form_aimed_at_the_toasts_gets_its_toast_without_a_retarget(team: Team) -> None:
+    """htmx resolves a retarget from the form; the live list may have removed the form by the time
+    the answer lands, and from a detached form no #toasts is found. A form that already aims at
+    #toasts (htmx names it in HX-Target) is answered without one, so its answer always lands."""
+    run = states.approval_run(team.workspace, team.users["operator"])
+    operator = client_for(team, "operator")
+    aimed = operator.post(f"/runs/{run.pk}/tasks/r1.1/approve/", HTTP_HX_TARGET="toasts", **HTMX)
+    assert aimed.status_code == 200 and "HX-Retarget" not in aimed and aimed["HX-Reswap"] == "afterbegin"
+    refused = client_for(team, "viewer").post(
+        f"/runs/{run.pk}/tasks/r1.1/deny/", {"reason": "no"}, HTTP_HX_TARGET="toasts", **HTMX
+    )
+    assert refused.status_code == 403 and "HX-Retarget" not in refused and 'data-outcome="refused"' in refused.content.decode()
+
+
 def test_it_keeps_the_pages_for_a_post_without_htmx(team: Team) -> None:
     run = states.approval_run(team.workspace, team.users["operator"])
     forbidden = client_for(team, "viewer").post(f"/runs/{run.pk}/tasks/r1.1/approve/")
@@ -148,12 +162,28 @@ def test_it_still_tells_a_lost_race_as_news(team: Team) -> None:
     assert again.status_code == 200 and "Already decided" in again.content.decode()
 
 
+def test_a_decision_lost_to_one_whose_run_then_finished_is_told_as_a_lost_race(team: Team) -> None:
+    decided = states.approval_run(team.workspace, team.users["operator"])
+    kernel.approve(run_id=decided.pk, key="r1.1", user=team.users["operator"])
+    kernel.cancel_run(run_id=decided.pk, user=team.users["operator"], reason="done with it")
+    client = client_for(team, "operator")
+    late = client.post(f"/runs/{decided.pk}/tasks/r1.1/deny/", {"reason": "no"}, **HTMX).content.decode()
+    assert "Already decided" in late and "approved" in late
+    undecided = states.approval_run(team.workspace, team.users["operator"])
+    kernel.cancel_run(run_id=undecided.pk, user=team.users["operator"], reason="never mind")
+    closed = client.post(f"/runs/{undecided.pk}/tasks/r1.1/approve/", **HTMX).content.decode()
+    assert "Already decided" not in closed and "accepts no verb" in closed
+    retried = client.post(f"/runs/{decided.pk}/tasks/r1.1/retry/", **HTMX).content.decode()
+    assert "Already decided" not in retried
+
+
 def test_it_swaps_a_refusal_toast_from_the_page_script() -> None:
     """htmx swaps no error response by default: oz0.js must swap the toasts the server retargets."""
     from tests.conftest import ROOT
 
     script = (ROOT / "static" / "js" / "oz0.js").read_text()
     assert 'getResponseHeader("HX-Retarget") === "#toasts"' in script and "shouldSwap = true" in script
+    assert 'target.id === "toasts"' in script  # a refusal for a form aimed at #toasts, retarget or none
     assert "htmx:responseError" in script and "htmx:sendError" in script
 
 

@@ -66,6 +66,16 @@ VERBS: list[tuple[str, Callable[[Team], Run], str, dict[str, str], Callable[[Run
         lambda r: Task.objects.get(run=r, key="a").failure_resolution == "abandoned",
     ),
     (
+        "abandon_and_cancel",
+        held,
+        "/runs/{run}/tasks/a/abandon-and-cancel/",
+        {},
+        lambda r: (
+            Task.objects.get(run=r, key="a").failure_resolution == "abandoned"
+            and Run.objects.get(pk=r.pk).status in ("canceling", "canceled")
+        ),
+    ),
+    (
         "cancel",
         held,
         "/runs/{run}/cancel/",

@@ -9,13 +9,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP = (".venv/", "tests/", "bench/", "docs/")
-# Views that declare a body model only to document it and read the body themselves. Shrink this
-# list (as the create and the append did: their bodies' schema is the kernel's, `request_body`);
-# never grow it.
-UNREAD_BODY_MODELS = {
-    "runs/api.py": {"retry", "approve", "deny", "answer", "resolve_await", "resolve_await_by_path", "cancel"},
-    "runs/executor_api/router.py": {"register", "result"},
-}
 
 
 def production_sources() -> list[tuple[str, ast.Module]]:
@@ -76,7 +69,7 @@ def unread_body_models(tree: ast.Module) -> set[str]:
 
 def test_every_view_reads_the_body_model_it_declares() -> None:
     found = {relative: names for relative, tree in production_sources() if (names := unread_body_models(tree))}
-    assert found == UNREAD_BODY_MODELS, (
+    assert found == {}, (
         "a view declares a body model it does not read (a second validator): declare the body's schema "
         "with `runs.api.request_body` and let its one validator (the kernel) refuse it"
     )
@@ -106,3 +99,63 @@ def test_the_create_and_append_bodies_are_the_kernels_schema() -> None:
     assert (create, append) == (create_body_schema(), append_body_schema())
     task = create["properties"]["tasks"]["anyOf"][0]["items"]
     assert task["properties"]["kind"] == {"enum": ["tool", "round", "await", "join", "delegate"]}
+
+
+def test_the_verbs_bodies_are_the_kernels_shapes() -> None:
+    """Each verb's body in the document is its kernel shape's schema, the one `read_fields` checks."""
+    from ninja import NinjaAPI
+
+    from oz0site.api import api
+    from runs import kernel
+
+    routes = [
+        ("/api/v1/runs/{run_id}/tasks/{key}/retry", kernel.RETRY_BODY),
+        ("/api/v1/runs/{run_id}/tasks/{key}/approve", kernel.APPROVE_BODY),
+        ("/api/v1/runs/{run_id}/tasks/{key}/deny", kernel.REASON_BODY),
+        ("/api/v1/runs/{run_id}/tasks/{key}/answer", kernel.ANSWER_BODY),
+        ("/api/v1/awaits", kernel.RESOLVE_BODY),
+        ("/api/v1/awaits/{token}", kernel.AWAIT_OUTCOME_BODY),
+        ("/api/v1/runs/{run_id}/cancel", kernel.REASON_BODY),
+        ("/api/v1/executors", kernel.REGISTER_BODY),
+        ("/api/v1/executors/{executor_id}/calls/{call}/result", kernel.RESULT_BODY),
+    ]
+    paths = NinjaAPI.get_openapi_schema(api, path_prefix="/api/v1/")["paths"]
+    for path, shape in routes:
+        body = paths[path]["post"]["requestBody"]
+        assert body["content"]["application/json"]["schema"] == kernel.body_schema(shape), path
+        assert body["required"] is not shape.optional, path
+
+
+MODEL_ROOTS = {"Schema", "BaseModel", "TypedDict"}
+
+
+def model_classes(sources: list[tuple[str, ast.Module]]) -> list[tuple[str, str]]:
+    """(file, class) of every pydantic/ninja model: a class whose base is a model root or a model."""
+    classes = [
+        (relative, node.name, {ast.unparse(b).split("[")[0].split(".")[-1] for b in node.bases})
+        for relative, tree in sources
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    ]
+    models = set(MODEL_ROOTS)
+    while True:
+        grown = models | {name for _, name, bases in classes if bases & models}
+        if grown == models:
+            break
+        models = grown
+    return [(relative, name) for relative, name, bases in classes if bases & models]
+
+
+def test_no_two_models_share_a_name() -> None:
+    """The OpenAPI document names a component by its class: two models of one name become one
+    component, and one route's answer is described by the other's shape."""
+    seen: dict[str, list[str]] = {}
+    for relative, name in model_classes(production_sources()):
+        seen.setdefault(name, []).append(relative)
+    assert {name: files for name, files in seen.items() if len(files) > 1} == {}
+
+
+def test_it_would_catch_two_models_of_one_name() -> None:
+    first = ("a/api.py", ast.parse("class Base(Schema):\n    x: int\nclass RegisteredOut(Base):\n    y: int\n"))
+    second = ("b/api.py", ast.parse("class RegisteredOut(Schema):\n    z: int\n"))
+    assert [name for _, name in model_classes([first, second])].count("RegisteredOut") == 2

@@ -66,6 +66,7 @@ def test_it_loads_runs_in_every_interesting_state(live: LiveStack) -> None:
         assert f"demo-{role}" in out.getvalue() and demo_password(user.username) in out.getvalue()
 
 
+@pytest.mark.thorough
 @pytest.mark.django_db
 def test_it_loads_the_demo_without_the_test_tools(settings: Any, no_dispatch: list[int]) -> None:
     """A real install (no `test.*` tools) still gets the whole demo: its runs use only what every install has."""
@@ -77,6 +78,7 @@ def test_it_loads_the_demo_without_the_test_tools(settings: Any, no_dispatch: li
     assert not any(str(tool).startswith("test.") for tool in tools)
 
 
+@pytest.mark.thorough
 @pytest.mark.django_db
 def test_it_registers_the_agents_as_the_demo_workspaces(no_dispatch: list[int]) -> None:
     from oz0agents.models import Agent
@@ -87,6 +89,7 @@ def test_it_registers_the_agents_as_the_demo_workspaces(no_dispatch: list[int]) 
     }
 
 
+@pytest.mark.thorough
 @pytest.mark.django_db
 def test_it_loads_the_demo_without_the_example_harnesses(settings: Any, no_dispatch: list[int]) -> None:
     """A production install turns the examples' code off (OZ0_HARNESS_EXAMPLES=0): the demo still

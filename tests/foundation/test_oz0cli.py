@@ -8,6 +8,7 @@ import hashlib
 import itertools
 import os
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from oz0cli.checks import (
     FAULTS_MARKERS,
     LIVE_MARKERS,
     QUICK_MARKERS,
+    REST_MARKERS,
     SLOW_MARKERS,
     check_commands,
     checks_wanted,
@@ -33,10 +35,16 @@ from oz0cli.checks import (
 )
 from oz0cli.children import child_argv
 from oz0cli.embedded import EmbeddedRedis, Ownership, free_port, redis_pings
-from oz0cli.environment import base_environment, listen_address, plain_http_environment, up_environment
+from oz0cli.environment import (
+    base_environment,
+    listen_address,
+    plain_http_environment,
+    up_environment,
+    use_bytecode_cache,
+)
 from oz0cli.main import USAGE, dispatch
 from oz0cli.services import services_to_embed
-from oz0cli.venv import requirements_digest, uv_pin, venv_is_current
+from oz0cli.venv import install_command, requirements_digest, uv_pin, venv_is_current
 
 
 @pytest.fixture
@@ -112,16 +120,19 @@ def test_the_whole_suite_runs_as_four_lanes_apart_in_postgresql_and_redis() -> N
     faults, slow, live, rest = plan_lanes(["-q"], quick=False, environ=environ)
     assert faults.args == ["-m", FAULTS_MARKERS, "-q"] and slow.args == ["-m", SLOW_MARKERS, "-q"]
     assert live.args == ["-m", LIVE_MARKERS, "-q"]
-    assert rest.args == ["-m", QUICK_MARKERS, "-n", "3", "-q"]
+    assert rest.args == ["-m", REST_MARKERS, "-n", "3", "-q"]
+    assert "thorough" not in REST_MARKERS and "thorough" in QUICK_MARKERS  # --quick alone leaves them out
     assert faults.env == {
         "TEST_DATABASE_NAME": "test_oz0_ci_faults",
         "REDIS_URL": "redis://127.0.0.1:6379/3",
         "OZ0_CHANNEL_PREFIX": "oz0-faults",
+        "OZ0_STATIC_ROOT": str(ROOT / ".oz0" / "static-faults"),
     }
     assert slow.env == {
         "TEST_DATABASE_NAME": "test_oz0_ci_slow",
         "REDIS_URL": "redis://127.0.0.1:6379/2",
         "OZ0_CHANNEL_PREFIX": "oz0-slow",
+        "OZ0_STATIC_ROOT": str(ROOT / ".oz0" / "static-slow"),
     }
     assert live.env == {
         "TEST_DATABASE_NAME": "test_oz0_ci_live",
@@ -133,8 +144,8 @@ def test_the_whole_suite_runs_as_four_lanes_apart_in_postgresql_and_redis() -> N
     assert default.env == {"TEST_DATABASE_NAME": "test_oz0"}
 
 
-def test_the_cpu_bound_lane_has_one_worker_per_core_within_bounds_unless_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
-    for cores, workers in ((1, 2), (2, 2), (3, 3), (16, 4), (None, 2)):
+def test_the_rest_lane_has_two_workers_per_core_within_bounds_unless_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cores, workers in ((1, 2), (2, 4), (3, 6), (16, 6), (None, 2)):
         monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
         assert xdist_workers({}) == workers, cores
     assert xdist_workers({"OZ0_TEST_WORKERS": "1"}) == 1
@@ -250,6 +261,24 @@ def test_the_base_environment_fills_only_what_the_person_left_unset(environ: Non
     assert base_environment({**given, "SECRET_KEY": ""}, debug=True) == {"SECRET_KEY": added["SECRET_KEY"]}
 
 
+def test_the_test_processes_keep_bytecode_outside_the_tree_even_where_writing_it_is_off(environ: None, tmp_path: Path) -> None:
+    """Without .pyc files every process of the suite compiles Django and oz0 from source again."""
+    told = {"PYTHONDONTWRITEBYTECODE": "1", "PATH": os.environ.get("PATH", "")}
+    use_bytecode_cache(told)
+    assert "PYTHONDONTWRITEBYTECODE" not in told
+    assert told["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache")
+    chosen = {"PYTHONPYCACHEPREFIX": "/elsewhere"}
+    use_bytecode_cache(chosen)
+    assert chosen == {"PYTHONPYCACHEPREFIX": "/elsewhere"}
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "compiled_once.py").write_text("VALUE = 1\n")
+    import_it = f"import sys; sys.path.insert(0, {str(source)!r}); import compiled_once"
+    assert subprocess.run([sys.executable, "-c", import_it], env=told, check=True).returncode == 0
+    assert list((tmp_path / "pycache").rglob("compiled_once.*.pyc")), "no bytecode under the prefix"
+    assert not (source / "__pycache__").exists(), "bytecode written beside the source"
+
+
 def test_up_serves_plain_http_where_it_is_told() -> None:
     off = {"SECURE_SSL_REDIRECT": "0", "SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0"}
     assert plain_http_environment({}) == off
@@ -335,6 +364,12 @@ def test_ownership_is_released_only_by_its_owner(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- the virtual environment
+
+
+def test_the_venv_is_installed_with_its_bytecode_compiled() -> None:
+    """pip compiles at install; uv only when told. A sandboxed bridge reads the venv read-only."""
+    assert "--compile-bytecode" in install_command("/bin/uv")
+    assert "--no-compile" not in install_command(None)
 
 
 def test_the_venv_is_reinstalled_whenever_requirements_change(tmp_path: Path) -> None:

@@ -136,6 +136,16 @@ def test_it_comes_up_on_embedded_services_and_stops_cleanly(tmp_path: Path) -> N
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             )
 
+        # The processes run as the app role of the embedded PostgreSQL, never its superuser.
+        roles_script = (
+            "from django.db import connection; c = connection.cursor(); "
+            'c.execute("SELECT usename, rolsuper FROM pg_stat_activity JOIN pg_roles ON rolname = usename '
+            'WHERE datname = current_database() AND pid <> pg_backend_pid()"); print(sorted(set(c.fetchall())))'
+        )
+        seen = oz0("manage", "shell", "-c", roles_script, env=env)
+        assert seen.returncode == 0, seen.stderr
+        assert seen.stdout.strip().splitlines()[-1] == "[('oz0_app', False)]", up.output
+
         status, answer = post_run("test.echo")
         assert status == 400 and json.loads(answer)["error"]["key"] == "unknown_tool"
 

@@ -1,4 +1,5 @@
-"""An ACP agent the tests script through the environment (OZ0_TEST_SCRIPT: a JSON list of steps;
+"""An ACP agent the tests script through the environment (OZ0_TEST_SCRIPT: a JSON list of steps,
+a step with `once: PATH` taken only while PATH does not exist, which it then creates;
 OZ0_TEST_RECORD: a file where it notes what happened, with times). It finds oz0's tools on the MCP
 server named `oz0` that its session was opened with, as any ACP agent would."""
 
@@ -7,13 +8,23 @@ import json
 import os
 import sys
 import time
+import uuid
 
 import acp
-from acp.schema import InitializeResponse, NewSessionResponse, PermissionOption, PromptResponse, ToolCallUpdate
+from acp.schema import (
+    AgentCapabilities,
+    InitializeResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    ToolCallUpdate,
+)
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 RECORD = os.environ.get("OZ0_TEST_RECORD")
+SESSIONS = os.environ.get("OZ0_TEST_ACP_SESSIONS")
 
 
 def note(**what):
@@ -32,12 +43,27 @@ class ScriptedAgent:
         self.conn = conn
 
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
+        if SESSIONS:  # it keeps its sessions (in that folder) and offers `session/load`
+            return InitializeResponse(protocol_version=protocol_version, agent_capabilities=AgentCapabilities(load_session=True))
         return InitializeResponse(protocol_version=protocol_version)
 
     async def new_session(self, cwd, additional_directories=None, mcp_servers=None, **kwargs):
         self.servers = {server.name: server for server in mcp_servers or []}
-        note(event="session", servers=sorted(self.servers))
-        return NewSessionResponse(session_id="s1")
+        session_id = f"s-{uuid.uuid4().hex[:8]}" if SESSIONS else "s1"
+        if SESSIONS:
+            with open(os.path.join(SESSIONS, session_id), "w") as stored:
+                stored.write("an earlier turn")
+        note(event="session", servers=sorted(self.servers), id=session_id)
+        return NewSessionResponse(session_id=session_id)
+
+    async def load_session(self, cwd, session_id, mcp_servers=None, additional_directories=None, **kwargs):
+        if not SESSIONS or not os.path.exists(os.path.join(SESSIONS, session_id)):
+            raise acp.RequestError.invalid_params({"session_id": session_id})
+        self.servers = {server.name: server for server in mcp_servers or []}
+        # Its history is replayed to the client, as ACP asks: not the turn's output.
+        await self.conn.session_update(session_id, acp.update_agent_message_text("(replayed history) "))
+        note(event="load", id=session_id)
+        return LoadSessionResponse()
 
     async def cancel(self, session_id, **kwargs):
         note(event="cancel")
@@ -52,6 +78,10 @@ class ScriptedAgent:
             listed = (await mcp.list_tools()).tools
             note(event="tools", names=sorted(t.name for t in listed), schemas={t.name: t.input_schema for t in listed})
             for step in json.loads(os.environ.get("OZ0_TEST_SCRIPT", "[]")):
+                if "once" in step:  # a step taken in the round's first session only (a retry runs the script again)
+                    if os.path.exists(step["once"]):
+                        continue
+                    open(step["once"], "w").close()
                 if "tool" in step:
                     call = asyncio.ensure_future(mcp.call_tool(step["tool"], step.get("args", {})))
                     waiter = asyncio.ensure_future(self.canceled.wait())

@@ -1,5 +1,7 @@
 """A JSON-lines harness (protocol v1) the tests script through the environment: OZ0_TEST_SCRIPT is a
-JSON list of steps, OZ0_TEST_RECORD a file where every message received is appended with its time."""
+JSON list of steps, OZ0_TEST_RECORD a file where every message received is appended with its time.
+With OZ0_TEST_SESSIONS (a file counting the sessions started), a step holding `session: n` is taken
+only in the n-th session of the round (a retry's process runs the same script)."""
 
 import json
 import os
@@ -24,9 +26,19 @@ def receive():
 
 
 start = receive()
+SESSIONS = os.environ.get("OZ0_TEST_SESSIONS")
+session = 1
+if SESSIONS:
+    if os.path.exists(SESSIONS):
+        with open(SESSIONS) as counter:
+            session = int(counter.read()) + 1
+    with open(SESSIONS, "w") as counter:
+        counter.write(str(session))
 print(f"started on {start['task']} with {[t['name'] for t in start['tools']]}", file=sys.stderr)
 last = None
 for step in json.loads(os.environ.get("OZ0_TEST_SCRIPT", "[]")):
+    if step.get("session", session) != session:
+        continue
     if "call" in step:
         send({"type": "call", "id": step.get("id", "c"), "tool": step["call"], "args": step.get("args", {})})
         last = receive()

@@ -192,3 +192,17 @@ def test_the_f8_warnings_still_apply_to_a_harnessed_agent() -> None:
         """
     )
     assert no_kinds.ok and [(w.line, w.field) for w in no_kinds.warnings] == [(3, "tools")]
+
+
+@pytest.mark.spec("F7")
+def test_a_jsonl_program_may_say_it_speaks_protocol_2_and_nothing_else_may() -> None:
+    for text, expected in (("protocol: 2", {"protocol": 2}), ("protocol: 1", {}), ("", {})):
+        linted = lint(f"name: a\nharness: {{jsonl: {{program: scripted, {text}}}}}\n")
+        assert linted.ok and linted.manifest is not None, (text, linted.errors)
+        assert linted.manifest["harness"] == {"kind": "jsonl", "program": "scripted", "env": {}, **expected}, text
+    for text, field in (
+        ("harness: {jsonl: {program: scripted, protocol: 3}}", "harness.jsonl.protocol"),
+        ("harness: {jsonl: {program: scripted, protocol: true}}", "harness.jsonl.protocol"),
+        ("harness: {acp: {program: acp-scripted, protocol: 2}}", "harness.acp"),
+    ):
+        assert [e.field for e in lint(f"name: a\n{text}\n").errors] == [field], text

@@ -62,7 +62,11 @@ def test_a_hung_jsonl_harness_ends_round_timeout_at_its_manifests_deadline_and_i
     round_task = _timed_out(run)
     assert "deadline of 2 s" in round_task.error_detail
     assert "started on r1" in round_task.result["stderr"]  # what it wrote is kept
-    assert [m["type"] for m in records(record)] == ["start"]  # killed, never sent a `cancel`
+    # Killed, never sent a `cancel`. Inside the sandbox the agent dies with bwrap (its parent-death
+    # signal), a moment after the group's SIGKILL: under load it may first read the end of its
+    # input, closed once the round is over, and record `eof`.
+    seen = [m["type"] for m in records(record)]
+    assert seen[0] == "start" and "cancel" not in seen and set(seen) <= {"start", "eof"}, seen
     assert _processes_holding(str(record)) == []
     # Not re-run blind: a hung agent would hang again.
     assert Task.objects.get(run=run, key="r1").state.get("auto_retries") is None

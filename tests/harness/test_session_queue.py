@@ -23,7 +23,9 @@ class Sent:
         self.chunks: list[int] = []
         self.sessions: list[int] = []
 
-    def __call__(self, ids: list[int], chunks: list[list[int]], run_id: str | None, sessions: list[int]) -> None:
+    def __call__(
+        self, ids: list[int], chunks: list[list[int]], run_id: str | None, sessions: list[int], priority: int = 5
+    ) -> None:
         self.singles.extend(ids)
         self.chunks.extend(i for chunk in chunks for i in chunk)
         self.sessions.extend(sessions)

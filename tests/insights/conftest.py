@@ -17,7 +17,7 @@ from tests.runs.driver import drive
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """These tests drive runs in-process: nothing goes to Celery or the channel layer."""
     monkeypatch.setattr(realtime, "publish", lambda groups, payload: None)
-    previous = kernel.install_sender(lambda ids, chunks, run_id, sessions: None)
+    previous = kernel.install_sender(lambda ids, chunks, run_id, sessions, priority=5: None)
     yield
     kernel.install_sender(previous)
 

@@ -232,6 +232,15 @@ def concrete_urls(route: str, *, runs: list[Run], slug: str, agent: str) -> list
 
         return "/" + PARAM.sub(one, route)
 
+    if "group_id" in names:
+        # The failure groups of the planted runs (their pages show a shape to who may read it).
+        from insights.models import FailureGroup
+        from runs.models import Finding
+
+        prints = Finding.objects.filter(run_id__in=[r.pk for r in runs]).values("fingerprint")
+        ids = FailureGroup.objects.filter(fingerprint__in=prints).values_list("pk", flat=True)
+        routes = [PARAM.sub(lambda m, pk=pk: str(pk) if m.group("name") == "group_id" else m.group(0), route) for pk in ids]
+        return [u for filled in routes for u in concrete_urls(filled, runs=runs, slug=slug, agent=agent)]
     if "verb" in names:
         return [u for verb in VERBS for u in concrete_urls(route.replace("<str:verb>", verb), runs=runs, slug=slug, agent=agent)]
     if not run_names:

@@ -20,6 +20,7 @@ from tenancy.models import Workspace
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.thorough
 @pytest.mark.spec("F18")
 def test_the_demo_history_makes_scorecards_that_are_not_zero(no_dispatch: list[int]) -> None:
     started = time.monotonic()

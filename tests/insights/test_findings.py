@@ -86,9 +86,9 @@ def test_it_combines_kind_agent_version_dates_and_step(team: Any) -> None:
     ("q", "names"),
     [
         ("status:failed", "status"),
-        ("not_found", "not_found"),
-        ("finding:not_found", "finding:failure_<kind>"),
-        ("finding:failure_Bad-Kind", "finding:failure_<kind>"),
+        ("agnet:triage", "agnet"),
+        ("finding:Bad-Kind", "finding:Bad-Kind"),
+        ("finding:failure_Bad-Kind", "finding:failure_Bad-Kind"),
         ("version:two", "version:two"),
         ("since:yesterday", "since:yesterday"),
         ("since:2026-01-01 since:2026-02-01", "once"),

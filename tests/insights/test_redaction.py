@@ -93,6 +93,7 @@ def test_it_plants_every_secret_where_the_creator_can_read_it(team: Any, planted
     assert errors == []
 
 
+@pytest.mark.thorough
 @pytest.mark.spec("F11", "F12")
 @pytest.mark.parametrize("role", ["viewer", "outsider"])
 def test_it_shows_a_viewer_and_an_outsider_no_words_anywhere(team: Any, planted: dict[str, Any], role: str) -> None:
@@ -103,6 +104,7 @@ def test_it_shows_a_viewer_and_an_outsider_no_words_anywhere(team: Any, planted:
     assert errors == []
 
 
+@pytest.mark.thorough
 @pytest.mark.spec("F11", "F12")
 def test_it_shows_a_reader_no_words_of_someone_elses_private_run(team: Any, planted: dict[str, Any]) -> None:
     bodies, errors = walk(team, "reader", [planted["public"], planted["private"]], write=True)
@@ -149,3 +151,21 @@ def test_it_keeps_the_platforms_own_cancel_text_for_everyone(team: Any, planted:
     status, doc = team.api("viewer").get(f"/runs/{canceled.pk}")
     assert doc["error"] == "canceled" and "canceled" in PLATFORM_TEXTS
     assert doc["failure"]["kind"] == "cancelled" and doc["failure"]["message"] is None
+
+
+@pytest.mark.thorough
+@pytest.mark.spec("F11", "F12")
+def test_it_shows_a_reader_behind_a_wall_no_words_of_the_walled_agents_runs_anywhere(team: Any, planted: dict[str, Any]) -> None:
+    """Walls (issue 31 item 6): the third reason words are closed, on every URL as the others."""
+    from tenancy.models import Wall
+
+    public = planted["public"]
+    Run.objects.filter(pk__in=[run.pk for run in public.runs]).update(agent_name=public.agent)
+    bodies, errors = walk(team, "reader", [public], write=False)
+    found = {what for what, secret in public.secrets.items() if any(secret in body for body in bodies.values())}
+    assert {"failure_message", "pending_args"} <= found  # before the wall the reader reads them
+    wall = Wall.objects.create(workspace=team.workspace, agent_name=public.agent)
+    wall.members.add(team.users["reader"])
+    bodies, errors = walk(team, "reader", [public], write=True)
+    assert leaks(bodies, public.secrets) == []
+    assert errors == []

@@ -102,6 +102,23 @@ def test_it_shows_the_trend_per_day_and_honours_since_and_until(team: Any, histo
 
 
 @pytest.mark.spec("F18")
+@pytest.mark.parametrize("moment", ["0.5", "0", "1780000000", "2026-06-01T00:00:00", "2026-02-30", "2026-06-01T25:00:00Z"])
+def test_a_moment_is_a_date_or_an_rfc3339_datetime(team: Any, history: str, moment: str) -> None:
+    """Not a bare number (pydantic's lax reading took 0.5 for seconds since 1970), nor a datetime
+    without its offset, nor a day the calendar lacks: the document's formats say so (issue 27.8)."""
+    for name in ("since", "until"):
+        status, body = team.api("viewer").get(f"/insights/agents/{history}?{name}={moment}")
+        assert (status, body["error"]["key"]) == (400, "invalid_query"), body
+
+
+@pytest.mark.spec("F18")
+def test_a_moment_with_its_offset_counts_from_that_instant(team: Any, history: str) -> None:
+    status, whole_day = team.api("viewer").get(f"/insights/agents/{history}?since=2026-06-02")
+    status, offset = team.api("viewer").get(f"/insights/agents/{history}?since=2026-06-02T02:00:00%2B02:00")
+    assert status == 200 and (offset["runs"], offset["failed"]) == (whole_day["runs"], whole_day["failed"]) == (3, 2)
+
+
+@pytest.mark.spec("F18")
 def test_it_counts_repairs_and_the_time_from_hold_to_repair(team: Any) -> None:
     make_agent("repairable", workspace=team.workspace)
     task = {

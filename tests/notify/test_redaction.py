@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(realtime, "publish", lambda groups, payload: None)
-    previous = kernel.install_sender(lambda ids, chunks, run_id, sessions: None)
+    previous = kernel.install_sender(lambda ids, chunks, run_id, sessions, priority=5: None)
     yield
     kernel.install_sender(previous)
 

@@ -60,8 +60,8 @@ KERNEL = ROOT / "runs" / "kernel"
 KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # typed refusals
     frozenset(
-        {"graph", "access", "approvals", "guards", "output_schemas"}
-    ),  # pure rules, status groups, who acts, approvals, guards, output schemas
+        {"graph", "access", "approvals", "guards", "output_schemas", "priorities"}
+    ),  # pure rules, status groups, who acts, approvals, guards, output schemas, priorities
     frozenset({"templates", "request_shapes"}),  # flow templates (read with the guards' parser); the request contract
     frozenset({"compile", "candidates"}),  # a request compiled (no HTTP, no writes); repair candidates
     frozenset({"bulk"}),  # set-based writes of many rows in one statement (unnest), each a compare-and-set
@@ -72,6 +72,9 @@ KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"expansion", "delegation"}),  # tasks enter a run (add_tasks, expand); a child's end / a parent's stop
     frozenset({"commit"}),  # the unit of work: locked(), commit() in order, sends, cross-run messages
     frozenset({"intake", "verbs", "worker", "sweeps"}),  # create/append, verbs, the worker protocol, clocks and lost work
+    frozenset(
+        {"journal", "releases"}
+    ),  # a harnessed round's journal of calls; a waiting session released and reattached (both through the worker protocol)
     frozenset({"leases", "rounds"}),  # runner leases; a model's answer (both report through the worker protocol)
 )
 FORBIDDEN_IN_KERNEL = ("celery", "runs.tasks", "runs.worker", "runs.execution")

@@ -164,3 +164,32 @@ def test_it_refuses_a_nul_in_a_console_url_with_a_400(team: Team) -> None:
     client = Client()
     client.force_login(team.users["viewer"])
     assert client.get(f"/w/{team.slug}/runs/", {"agent": "a\x00b"}).status_code == 400
+
+
+@pytest.mark.parametrize(
+    "raw,created",
+    [
+        ('"retry": {"budget": 1.0}', True),
+        ('"retry": {"budget": 1.5}', False),
+        ('"retry": {"budget": true}', False),
+    ],
+)
+def test_a_whole_number_float_is_the_integer_it_is(team: Team, raw: str, created: bool) -> None:
+    """JSON has one number type, and the document's `integer` calls 1.0 a whole number (issue 27.8)."""
+    tasks = '[{"key": "a", "kind": "tool", "tool": "test.echo", "args": {}}]'
+    status, body = _create_raw(team, f'{{"tasks": {tasks}, {raw}}}')
+    if created:
+        assert status == 201, body
+        assert Run.objects.get(pk=body["run"]["id"]).retry_budget == 1
+    else:
+        assert (status, body["error"]["key"]) == (400, "invalid_field"), body
+
+
+def test_a_quorum_of_2_0_is_a_quorum_of_2(team: Team) -> None:
+    sources = '{"key": "a", "kind": "tool", "tool": "test.echo", "args": {}}, {"key": "b", "kind": "tool", "tool": "test.echo", "args": {}}'
+    join = '{"key": "j", "kind": "join", "after": ["a", "b"], "mode": "quorum", "quorum": 2.0}'
+    status, body = _create_raw(team, f'{{"tasks": [{sources}, {join}], "deliverable": "j"}}')
+    assert status == 201, body
+    assert Task.objects.get(run_id=body["run"]["id"], key="j").spec["quorum"] == 2
+    status, body = _create_raw(team, f'{{"tasks": [{sources}, {join.replace("2.0", "1.5")}], "deliverable": "j"}}')
+    assert (status, body["error"]["key"]) == (400, "invalid_field"), body

@@ -97,12 +97,15 @@ def test_a_call_over_its_share_waits_queued_and_is_sent_when_a_worker_of_its_wor
 @pytest.mark.live
 @pytest.mark.slow
 def test_slow_calls_of_one_workspace_do_not_delay_anothers_quick_call(live: LiveStack, live_team: Team) -> None:
-    """Before, four slow calls took both worker processes and the quick call waited for them (0.39 s to 29 s)."""
+    """Before, four slow calls took both worker processes and the quick call waited for them (0.39 s to 29 s).
+    Six slow calls: more than the stack's four worker processes, so only the share keeps one free."""
+    from django.conf import settings
+
     quiet = Team()
     slow = 6.0
     operator = live_team.users["operator"]
     noisy_run, _ = kernel.create_run(
-        workspace=live_team.workspace, user=operator, body={"tasks": [sleeping(f"s{i}", slow) for i in range(4)]}
+        workspace=live_team.workspace, user=operator, body={"tasks": [sleeping(f"s{i}", slow) for i in range(6)]}
     )
     try:
         wait_for(lambda: Task.objects.filter(run=noisy_run, status=TaskStatus.RUNNING).exists(), message="a slow call")
@@ -114,8 +117,24 @@ def test_slow_calls_of_one_workspace_do_not_delay_anothers_quick_call(live: Live
         wait_for(lambda: Run.objects.get(pk=quick_run.pk).status == "completed", timeout=60, message="the quick run")
         took = time.monotonic() - started
         assert took < slow / 2, f"the quiet workspace's quick call took {took:.2f}s beside {slow}s calls"
-        # The noisy workspace never held both workers.
-        assert Task.objects.filter(run=noisy_run, status=TaskStatus.RUNNING).count() <= 1
+        # The noisy workspace never held more than its share of the workers.
+        assert Task.objects.filter(run=noisy_run, status=TaskStatus.RUNNING).count() <= settings.OZ0_WORKER_SLOTS_PER_WORKSPACE
     finally:
         # Its calls left queued would be sent again to the next test's worker by the lost-message sweep.
         kernel.cancel_run(run_id=noisy_run.pk, user=operator, reason="test over")
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("no_dispatch")
+@pytest.mark.spec("S16")
+def test_the_default_share_runs_a_join_anys_slow_and_fast_branches_at_once() -> None:
+    """Before, the default install (two workers, a share of one) let a join-any's slow branch take
+    the workspace's only worker first: the fast one waited 30 s behind it and the race was lost
+    by the wrong branch (the conformance scenario join-any-cancels-losers, failed in CI)."""
+    from django.conf import settings
+
+    team = Team()
+    slow, fast = _queued(team, [sleeping("a_slow", 30), sleeping("b_fast", 0.1)])
+    share = int(settings.OZ0_WORKER_SLOTS_PER_WORKSPACE)
+    assert isinstance(kernel.claim_task(str(slow.run_id), slow.pk, "w1", per_workspace=share), kernel.Claimed)
+    assert isinstance(kernel.claim_task(str(fast.run_id), fast.pk, "w2", per_workspace=share), kernel.Claimed)

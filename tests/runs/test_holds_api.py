@@ -150,6 +150,22 @@ def test_version_and_age_filters(team: Team, no_dispatch: list[int]) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.spec("S15")
+def test_a_whole_number_float_is_the_version_it_is(team: Team, no_dispatch: list[int]) -> None:
+    """JSON has one number type: the document's `integer` calls 1.0 the whole number 1 (issue 27.8)."""
+    states.agent("bot", team.workspace, version=1)
+    first = held(team.workspace, team.users["operator"], agent="bot")
+    api = team.api()
+    for raw in ('{"version": 1.0, "dry_run": true}', '{"min_age_seconds": 0.0, "version": 1, "dry_run": true}'):
+        code, answer = api.post(path(team), raw=raw)
+        assert code == 200 and [item["run"] for item in answer["runs"]] == [str(first.pk)], answer
+    for raw in ('{"version": 1.5}', '{"version": true}', '{"version": "1"}', '{"min_age_seconds": 0.5}'):
+        code, answer = api.post(path(team), raw=raw)
+        assert (code, answer["error"]["key"]) == (400, "invalid_filter"), (raw, answer)
+    assert still_held(first)
+
+
+@pytest.mark.django_db
 @pytest.mark.spec("S14")
 def test_a_run_it_cannot_repair_is_skipped_with_the_reason(team: Team, no_dispatch: list[int]) -> None:
     operator = team.users["operator"]

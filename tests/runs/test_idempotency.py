@@ -173,7 +173,7 @@ def test_a_committed_create_answers_201_when_the_send_after_commit_fails(committ
     send after commit fails, and the request still answers its success (the lost-message sweep
     sends the tasks again). Before, the failed send turned the committed create into a 500."""
 
-    def broker_down(*args: Any) -> None:
+    def broker_down(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
     previous = kernel.install_sender(broker_down)

@@ -153,6 +153,7 @@ def _apply(task: graph.TraceTask, event: dict[str, Any]) -> graph.TraceTask:
     return replayed
 
 
+@pytest.mark.thorough
 @pytest.mark.spec("S11", "S12", "S13", "S15", "S16", "S17", "S18")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(tasks=graphs(), data=st.data())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
@@ -129,6 +130,12 @@ class SlowRedis:
         self.connections = 0
         self.held_writes = 0  # the first client's writes that reached Redis while `hold` was set
 
+    async def close(self) -> None:
+        # On the proxy's own loop: asyncio's Server is not thread-safe, and its connections
+        # closing on the loop thread would race a close() from the test's thread.
+        self.server.close()
+        await self.server.wait_closed()
+
     async def start(self) -> str:
         upstream = urlsplit(settings.REDIS_URL)
         self.upstream = (upstream.hostname or "127.0.0.1", upstream.port or 6379)
@@ -178,7 +185,7 @@ def layer_behind(on_loop: Await) -> Iterator[LayerBehind]:
     yield make
     for layer, proxy in made:
         on_loop(layer.flush())
-        proxy.server.close()
+        on_loop(proxy.close())
 
 
 @pytest.mark.parametrize("confirmed", [True, False], ids=["oz0-layer", "unconfirmed-pubsub"])
@@ -395,3 +402,69 @@ def test_it_never_folds_away_a_later_change_behind_an_earlier_one() -> None:
     assert set(realtime.fold(earlier, later)["tasks"]) == {"a", "b"}
     many = realtime.fold({**earlier, "tasks": [f"x{i}" for i in range(40)]}, {**later, "tasks": [f"y{i}" for i in range(40)]})
     assert len(many["tasks"]) == 50
+
+
+def test_a_workspaces_runs_changing_at_once_cost_its_sockets_one_push_per_window(
+    monkeypatch: pytest.MonkeyPatch, on_loop: Await
+) -> None:
+    """A busy workspace (hundreds of runs changing) pushes its workspace sockets the first change
+    at once and one folded push at the end of the window, naming the runs that changed; the runs'
+    own sockets still hear each run, and another workspace's push does not wait for the window."""
+    monkeypatch.setattr(realtime, "WORKSPACE_COALESCE_SECONDS", 0.4)
+    layer = get_channel_layer()
+    busy_ws, run_sockets, quiet_ws = (on_loop(layer.new_channel()) for _ in range(3))
+    on_loop(layer.group_add(realtime.workspace_group(1), busy_ws))
+    on_loop(layer.group_add(realtime.workspace_group(2), quiet_ws))
+    for number in range(30):
+        on_loop(layer.group_add(realtime.run_group(f"r{number}"), run_sockets))
+    for number in range(30):
+        change = _change(f"r{number}", number + 1, "t")
+        realtime.publish([realtime.run_group(f"r{number}"), realtime.workspace_group(1)], change)
+    realtime.publish([realtime.workspace_group(2)], {**_change("quiet", 3, "q"), "workspace": 2})
+    quiet = _drain(on_loop, layer, quiet_ws, quiet=0.2)
+    busy = _drain(on_loop, layer, busy_ws)
+    assert [m["run"] for m in quiet] == ["quiet"]
+    assert [m["run"] for m in busy] == ["r0", "r29"]
+    assert busy[-1]["runs"] == [f"r{n}" for n in range(1, 30)] and "tasks" not in busy[-1]
+    assert sorted(m["run"] for m in _drain(on_loop, layer, run_sockets, quiet=0.3)) == sorted(f"r{n}" for n in range(30))
+
+
+def test_folding_one_runs_changes_in_a_workspace_keeps_its_tasks() -> None:
+    one = realtime.fold_runs(_change("r", 4, "a"), _change("r", 9, "b"))
+    assert one["seq"] == 9 and set(one["tasks"]) == {"a", "b"} and "runs" not in one
+    many = realtime.fold_runs(realtime.fold_runs(_change("r", 4, "a"), _change("s", 2, "b")), _change("r", 5, "c"))
+    assert many["run"] == "r" and many["runs"] == ["r", "s"] and "tasks" not in many
+    capped = {"runs": [f"x{i}" for i in range(60)], **_change("y", 1, "t")}
+    assert len(realtime.fold_runs(capped, _change("z", 1, "t"))["runs"]) == realtime.RUNS_NAMED_AT_MOST
+
+
+def test_a_group_that_stays_busy_is_pushed_once_per_busy_window_and_at_once_when_it_calms(
+    monkeypatch: pytest.MonkeyPatch, on_loop: Await
+) -> None:
+    """Before, a workspace whose runs changed without pause cost each of its sockets a push every
+    window (ten a second): 200 sockets of one noisy workspace took another's pushes from 10 ms to
+    300 ms. A group folding change after change now doubles its window up to the busy window."""
+    monkeypatch.setattr(realtime, "COALESCE_SECONDS", 0.05)
+    monkeypatch.setattr(realtime, "BUSY_WINDOW_SECONDS", 0.4)
+    layer = get_channel_layer()
+    channel = on_loop(layer.new_channel())
+    group = realtime.run_group("steady")
+    on_loop(layer.group_add(group, channel))
+    seq = 0
+    ends_at = time.monotonic() + 2.0
+    while time.monotonic() < ends_at:  # a change every 10 ms for two seconds
+        seq += 1
+        realtime.publish([group], _change("steady", seq, "t"))
+        time.sleep(0.01)
+    messages = _drain(on_loop, layer, channel)
+    # At a fixed 50 ms window this is about 40 pushes; growing (50, 100, 200, 400 ms...) about 8.
+    assert len(messages) <= 12, [m["seq"] for m in messages]
+    assert messages[-1]["seq"] == seq  # nothing folded away
+    assert realtime._window_of(group) == 0.4
+    # Calm again: the next change finds its window passed and the window back at its base. (A
+    # drain that timed out left its channel: the layer unsubscribes a canceled receive.)
+    calm = on_loop(layer.new_channel())
+    on_loop(layer.group_add(group, calm))
+    realtime.publish([group], _change("steady", seq + 1, "t")).result(timeout=5)  # type: ignore[union-attr]
+    assert [m["seq"] for m in _drain(on_loop, layer, calm, quiet=0.3)] == [seq + 1]
+    assert realtime._window_of(group) == 0.05

@@ -90,7 +90,7 @@ LARGEST_BUDGET = 3
 LONGEST_SEQUENCE = 4
 
 
-@pytest.mark.slow  # about a minute: in the whole suite, not in --quick
+@pytest.mark.thorough  # about a minute of CPU: in the whole suite (the rest lane's workers), not in --quick
 @pytest.mark.spec("S26", "S28")
 def test_it_settles_every_round_of_every_answer_sequence_and_budget(team: Team, quiet: None, instant_waits: None) -> None:
     """Every sequence of up to four answers, under retry budgets 0-3, then a manual retry while it holds.

@@ -244,3 +244,19 @@ def test_the_rate_limit_lets_requests_through_while_redis_is_down(monkeypatch: p
     settings.OZ0_RATE_WRITES = 1
     for _ in range(3):
         ratelimit.admit(424243, "write")  # neither counted nor refused
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/workspaces/{ws}/runs?agent=a&agent=b", "/api/v1/workspaces/{ws}/runs?status=completed&status=failed&limit=5"],
+)
+def test_a_query_parameter_given_twice_is_a_typed_400_never_a_silent_choice(team: Team, path: str) -> None:
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {team.tokens['viewer']}")
+    response = client.get(path.format(ws=team.slug))
+    assert response.status_code == 400
+    assert response.json()["error"]["key"] == "repeated_parameter"
+    # An outsider still learns only that the workspace is not theirs.
+    outsider = Client(HTTP_AUTHORIZATION=f"Bearer {team.tokens['outsider']}")
+    assert outsider.get(path.format(ws=team.slug)).status_code == 404
+    # Once each, the same filters answer.
+    assert client.get(f"/api/v1/workspaces/{team.slug}/runs?agent=a&status=completed").status_code == 200

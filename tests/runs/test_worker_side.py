@@ -22,7 +22,10 @@ def test_it_keeps_the_task_names_messages_and_beat_carry(settings: Any) -> None:
     app.loader.import_default_modules()  # what a worker does at start: the autodiscovery
     assert {name: app.tasks[name].__module__ for name in TASK_NAMES} == dict.fromkeys(TASK_NAMES, "runs.worker.tasks")
     assert {name: app.tasks[name].__module__ for name in NOTIFY_TASK_NAMES} == dict.fromkeys(NOTIFY_TASK_NAMES, "notify.tasks")
-    assert {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} <= TASK_NAMES | NOTIFY_TASK_NAMES
+    others = {"schedules.tasks.fire_due": "schedules.tasks", "schedules.tasks.prune": "schedules.tasks"}
+    others["insights.tasks.sweep_rollouts"] = "insights.tasks"
+    assert {name: app.tasks[name].__module__ for name in others} == others
+    assert {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} <= TASK_NAMES | NOTIFY_TASK_NAMES | set(others)
 
 
 def test_it_reads_the_tool_catalog_without_celery_or_the_worker() -> None:

@@ -69,6 +69,7 @@ def test_it_keeps_the_tables_columns_and_constraints() -> None:
         "name",
         "created_at",
         "stored_input_bytes",
+        "retention_days",  # added after the move (issue 32: each workspace's retention)
     }
     assert {name for name, _, _ in schema["runs_membership"]["columns"]} == {"id", "workspace_id", "user_id", "role"}
     assert {name for name, _, _ in schema["runs_apitoken"]["columns"]} == {

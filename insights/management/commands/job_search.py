@@ -46,6 +46,7 @@ class Command(BaseCommand):
                 cursor=options["cursor"],
                 limit=options["limit"],
                 workspace=options["workspace"],
+                reader=search.SERVER,
             )
         except KernelError as error:
             raise CommandError(f"{error.key}: {error.detail}") from None

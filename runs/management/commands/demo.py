@@ -229,7 +229,7 @@ def load_history(workspace: Workspace, operator: User) -> int:
     picker = random.Random(15)  # the same history on every install
     today = timezone.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     created = 0
-    previous_sender = kernel.install_sender(lambda ids, chunks, run_id, sessions: None)
+    previous_sender = kernel.install_sender(lambda ids, chunks, run_id, sessions, priority=5: None)
     try:
         for name, kinds, versions in HISTORY:
             held: list[Run] = []  # an operator abandons a history hold the next day; the last day's stay open

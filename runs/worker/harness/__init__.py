@@ -10,14 +10,25 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.conf import settings
 
+from oz0agents.code_version import code_digest
 from runs import kernel
 from runs.kernel import Claimed, KernelError, check_storable, round_timeout_seconds
 from runs.models import Run, Task, TaskStatus
-from runs.worker.harness.base import HarnessCanceled, HarnessError, HarnessSession, HarnessUnavailable, JobEnded
+from runs.worker.harness.base import (
+    HarnessCanceled,
+    HarnessError,
+    HarnessParked,
+    HarnessReleased,
+    HarnessSession,
+    HarnessUnavailable,
+    JobEnded,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +63,26 @@ def run_harnessed_round(claimed: Claimed, cancel: threading.Event) -> None:
     state = dict(claimed.state)
     state.pop("expired_claims", None)
     session = HarnessSession(claimed=claimed, task=task, run=run, manifest=manifest, cancel=cancel, state=state)
+    # The code this round loads, as it is now: it may have changed since the run was created.
+    session.code_digest = code_digest(manifest)
     kind = str(session.harness.get("kind"))
     seconds = round_timeout_seconds(session.harness) or float(settings.OZ0_ROUND_TIMEOUT_SECONDS)
-    deadline = threading.Timer(seconds, session.expire)
+    session.deadline, session.timeout_seconds = time.monotonic() + seconds, seconds
+    finish_round(session, seconds, lambda: adapter_for(kind).run(session))
+
+
+def finish_round(session: HarnessSession, seconds: float, body: Callable[[], Any]) -> None:
+    """Drive the session (`body`: from its start, or on from a release) and report how it ended;
+    `seconds` is the round's deadline, counted from its start (`session.deadline`)."""
+    claimed, cancel = session.claimed, session.cancel
+    deadline = threading.Timer(max(0.0, session.deadline - time.monotonic()), session.expire)
     deadline.daemon = True
     deadline.start()
     try:
-        output = adapter_for(kind).run(session)
+        output = body()
         check_storable(output)
-    except JobEnded:
+    except (JobEnded, HarnessParked, HarnessReleased):
+        # reported already: oz.fail, or the round parked or released while it waits on a person
         return
     except HarnessCanceled:
         if session.timed_out.is_set():

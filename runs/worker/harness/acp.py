@@ -46,6 +46,7 @@ from runs.worker.harness.jsonl import (
     confined,
     installed_program,
 )
+from runs.worker.harness.model_calls import record_model_use
 from runs.worker.harness.sandbox import Confined, reads_of
 
 try:
@@ -139,10 +140,11 @@ class OzClient:
         self.session = session
         self.text: list[str] = []
         self.canceled = False
+        self.loading = False  # a loaded session's history, replayed: not the round's output
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         kind = getattr(update, "session_update", None)
-        if kind == "agent_message_chunk":
+        if kind == "agent_message_chunk" and not self.loading:
             content = getattr(update, "content", None)
             if getattr(content, "type", None) == "text":
                 self.text.append(str(getattr(content, "text", "")))
@@ -217,16 +219,16 @@ async def _converse(session: HarnessSession, calls: CallServer, jail: Confined) 
             turn: asyncio.Future[Any] | None = None
             stderr = asyncio.ensure_future(_keep_stderr(process, session))
             try:
-                await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
-                opened = await conn.new_session(cwd=str(jail.job_dir), mcp_servers=[oz0_server])
-                turn = asyncio.ensure_future(conn.prompt(session_id=opened.session_id, prompt=[acp.text_block(session.prompt())]))
+                offered = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+                session_id = await _open_session(conn, client, session, offered, cwd=str(jail.job_dir), servers=[oz0_server])
+                turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[acp.text_block(session.prompt())]))
                 while not turn.done():
                     await asyncio.wait([turn], timeout=0.05)
                     if turn.done():
                         break
                     if session.cancel.is_set() or calls.canceled.is_set() or calls.ended.is_set() or client.canceled:
                         if not session.timed_out.is_set():  # past its deadline it is stopped at once
-                            await conn.cancel(session_id=opened.session_id)
+                            await conn.cancel(session_id=session_id)
                             await asyncio.wait([turn], timeout=CANCEL_GRACE_SECONDS)
                         await _stop(process)
                         if calls.ended.is_set():
@@ -260,8 +262,46 @@ async def _converse(session: HarnessSession, calls: CallServer, jail: Confined) 
         raise HarnessCanceled()
     usage = getattr(response, "usage", None)
     if usage is not None:
-        session.bill({"input_tokens": getattr(usage, "input_tokens", 0), "output_tokens": getattr(usage, "output_tokens", 0)})
+        # The prompt's turn is the one model use an ACP agent reports: its tokens and stop reason.
+        tokens = {"input_tokens": getattr(usage, "input_tokens", 0), "output_tokens": getattr(usage, "output_tokens", 0)}
+        record_model_use(session, {"usage": tokens, "finish": reason if isinstance(reason, str) else None})
     return "".join(client.text)
+
+
+async def _open_session(
+    conn: Any, client: OzClient, session: HarnessSession, offered: Any, *, cwd: str, servers: list[Any]
+) -> str:
+    """The ACP session the prompt goes to. A session of the round started again (a retry, a lost
+    worker) loads the one an earlier session opened (`session/load`) when the agent offers it
+    (`agentCapabilities.loadSession`), so the agent has its conversation back; the history it
+    replays is not the round's output. Else, or when the agent cannot load it (a session it stored
+    in a job folder that is gone), a new session. The session's id is kept on the round as its
+    checkpoint (`{acp_session}`) for the next one."""
+    earlier = ((session.journal.checkpoint or {}).get("state") or {}).get("acp_session")
+    capabilities = getattr(offered, "agent_capabilities", None)
+    if isinstance(earlier, str) and getattr(capabilities, "load_session", False):
+        client.loading = True
+        try:
+            await conn.load_session(cwd=cwd, session_id=earlier, mcp_servers=servers)
+        except acp.RequestError:
+            pass  # the agent no longer has it: a new session
+        else:
+            await asyncio.to_thread(_noted, session, earlier, loaded=True)
+            return earlier
+        finally:
+            client.loading = False
+    opened = await conn.new_session(cwd=cwd, mcp_servers=servers)
+    await asyncio.to_thread(_noted, session, str(opened.session_id), loaded=False)
+    return str(opened.session_id)
+
+
+def _noted(session: HarnessSession, session_id: str, *, loaded: bool) -> None:
+    try:
+        if loaded:
+            session.resumed()  # `journal_resumed` in the trace: the session went on from the earlier one
+        session.checkpoint({"acp_session": session_id})
+    finally:
+        connection.close()
 
 
 async def _not_started(process: Any, session: HarnessSession) -> HarnessUnavailable | None:

@@ -17,7 +17,18 @@ task. It speaks to oz0 only through `HarnessSession`:
   grant or the denial, labelled with whose words it is; the framework runs the tool itself.
 - `fail(kind, message)`: oz.fail, handed to `kernel.round_oz_fail`, the one entry that decides
   declared / undeclared and the 2,000-character cap (F6); the job ends there.
-- `bill(usage)`: the tokens the framework reports, billed on the round task.
+- `bill(usage)`: the tokens the framework reports, billed on the round task (each model request a
+  framework reports is also a `provider_call` event of the round: runs/worker/harness/model_calls.py).
+A session started again (a person's retry, a crash, a lost worker) walks its round's journal
+(`runs/worker/harness/journal.py`): a call made again where an earlier session made it answers
+from that call's task instead of running again.
+A session waiting on a person (an approval, oz.ask) longer than OZ0_SESSION_PARK_SECONDS is parked
+when its harness can resume from its own state (`parks`, the framework bridges, with a checkpoint
+taken since its last model request): `kernel.round_park` stores it and the session ends
+(`HarnessParked`, its process killed); the decision wakes the round, and the session started then
+resumes from the checkpoint, the calls it had made answered as they were.
+One that cannot be parked (JSON-lines, a bridge with no checkpoint) is released instead: its
+process is kept but its thread given back (`HarnessReleased`, runs/worker/harness/keeper.py).
 A run cancel reaches the session as `HarnessCanceled` (raised from any of these, or seen with
 `canceled()`); the adapter passes it on to its framework or process and lets it propagate.
 """
@@ -26,15 +37,20 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
+from oz0site import tracing
 from runs import kernel
 from runs.kernel import Claimed
-from runs.models import Run, RunStatus, Task, TaskStatus
+from runs.models import TASK_ASKING, Run, RunStatus, Task, TaskStatus
 from runs.tools import get_tool
 from runs.worker.child_answers import child_message, delegate_schema
+from runs.worker.harness.journal import JOURNAL_STATE_KEYS, ClaimGone, SessionJournal
 from runs.worker.round_driver import tool_message
 
 POLL_SECONDS = 0.2
@@ -47,6 +63,23 @@ class HarnessCanceled(Exception):
 
 class JobEnded(Exception):
     """oz.fail was reported to the kernel: the job is over, nothing more to report."""
+
+
+class HarnessParked(Exception):
+    """The session was parked (`kernel.round_park`) while it waited on a person: its process ends,
+    nothing more to report; the decision resumes it in a new session."""
+
+
+class HarnessReleased(Exception):
+    """The session waits on a person past the park clock and its process cannot be parked
+    (JSON-lines): `kernel.round_release` marked it released, and its process goes to the keeper
+    (runs/worker/harness/keeper.py), which gives it a thread again once `key` (task `waited`) is
+    decided. Nothing more to report from this thread."""
+
+    def __init__(self, key: str, waited: int) -> None:
+        super().__init__(key)
+        self.key = key
+        self.waited = waited
 
 
 class HarnessError(Exception):
@@ -101,10 +134,15 @@ def refused(detail: str) -> CallResult:
 
 
 def _settled(task: Task) -> bool:
-    if task.status == TaskStatus.UNCERTAIN:
+    return settled_status(task.status, task.failure_resolution)
+
+
+def settled_status(status: str, resolution: Any) -> bool:
+    """Whether a call with this status (and failure resolution) has an answer for the agent."""
+    if status == TaskStatus.UNCERTAIN:
         # Its effect may have happened: a person's retry or abandon decides before the agent reads it (S10).
-        return task.failure_resolution is not None
-    return task.status in (
+        return resolution is not None
+    return status in (
         TaskStatus.COMPLETED,
         TaskStatus.FAILED,
         TaskStatus.TIMED_OUT,
@@ -127,6 +165,39 @@ class HarnessSession:
     stderr_source: Callable[[], str] | None = None
     # Set when the round's deadline passed (`expire`): the adapter kills its process, no grace.
     timed_out: threading.Event = field(default_factory=threading.Event)
+    # The digest of the code the round loaded (oz0agents.code_version), kept on the round's result.
+    code_digest: str = ""
+    # The model calls the framework reported (runs.worker.harness.model_calls): the report's
+    # `provider_calls`, each a `provider_call` event of the round.
+    provider_calls: list[dict[str, Any]] = field(default_factory=list)
+    # The calls earlier sessions of this round made (runs/worker/harness/journal.py): a call made
+    # again in the same place answers from its record instead of running again.
+    journal: SessionJournal = field(init=False)
+    # Whether the harness can be parked while it waits on a person (its process ended, resumed from
+    # its checkpoint later): the framework bridges. `resumable`: its last checkpoint was stored and
+    # no model request came after it, so resuming from it loses nothing.
+    parks: bool = False
+    resumable: bool = False
+    # Whether the session can be released while it waits on a person (its thread given back, its
+    # process kept by the keeper): JSON-lines processes, when they cannot be parked.
+    releases: bool = False
+    # When the round's deadline passes (time.monotonic()), kept across a release.
+    deadline: float = float("inf")
+    timeout_seconds: float = 0.0
+    # The session's span where the session starts (oz0site.tracing; None when not traced): `start`
+    # carries it to the harness, and the model requests the harness reports hang under it.
+    trace_context: Any = field(default_factory=tracing.current_context)
+
+    def __post_init__(self) -> None:
+        parked = self.state.pop("parked", None)
+        self.journal = SessionJournal.of(self.run.pk, self.state)
+        if isinstance(parked, Mapping):
+            # Resumed after a park: the calls it had made answer as they did, and its tokens so far stay billed.
+            self.journal.answered_through = int(parked.get("at", 0))
+            billed = (self.task.result or {}).get("usage") or {}
+            for name in self.usage:
+                value = billed.get(name, 0)
+                self.usage[name] = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
     def expire(self) -> None:
         """The round's deadline passed: stop the harness as a cancel would, but as a timeout."""
@@ -167,11 +238,17 @@ class HarnessSession:
             )
         return schemas
 
-    def start_message(self) -> dict[str, Any]:
-        """What a harness is told of its job (the JSON-lines `start`; other adapters take the same facts)."""
+    def start_message(self, protocol: int = 1) -> dict[str, Any]:
+        """What a harness is told of its job (the JSON-lines `start`; other adapters take the same
+        facts). Protocol 2 adds the round's `journal` (`journal_start`)."""
+        journal: dict[str, Any] = {}
+        if protocol >= 2:
+            journal["journal"] = self.journal_start()
+            if self.journal.checkpoint is not None:
+                journal["resume"] = self.journal.checkpoint
         return {
             "type": "start",
-            "protocol": 1,
+            "protocol": protocol,
             "run": str(self.run.pk),
             "task": self.task.key,
             "attempt": self.claimed.attempt,
@@ -186,7 +263,46 @@ class HarnessSession:
                 "oz.approval",
                 *(name for name in self.tools if name in kernel.DELEGATE_TOOLS),
             ],
+            **journal,
+            # The session's span, for the harness's own spans (W3C trace context; only when traced).
+            **tracing.carrier(self.trace_context),
         }
+
+    def checkpoint(self, state: Any) -> None:
+        """The harness's own state now (protocol 2's `checkpoint`): kept on the round with the place in
+        the journal it was taken at, for a session started again to resume from. One too big to
+        keep is let go: that session starts from the beginning, its calls answered from the journal."""
+        with self.journal.lock:
+            self.resumable = kernel.round_checkpoint(self.claimed, state, at=self.journal.at)
+            if self.resumable:
+                self.state["journal_checkpoint"] = {"at": self.journal.at, "state": state}
+
+    def resumed(self) -> None:
+        """The harness resumed from the checkpoint `start.resume` handed it (protocol 2's `resumed`)."""
+        with self.journal.lock:
+            try:
+                self.journal.resume(self.claimed)
+            except ClaimGone:
+                raise HarnessCanceled() from None
+        self.resumable = True
+
+    def model_requested(self) -> None:
+        """The harness reported a model request: a checkpoint taken before it no longer holds it."""
+        self.resumable = False
+
+    def journal_start(self) -> list[dict[str, Any]]:
+        """The calls an earlier session of the round made that will answer from their records when
+        made again in this order: `{tool, digest, result}`, `result` as a `result` message holds it
+        (without `id`). It stops at the first call that would run again, or is still unsettled."""
+        entries = []
+        for entry in self.journal.replayable_prefix():
+            task = entry["task"]
+            if not _settled(task):
+                break
+            result = answer_of(task).as_message(0)
+            del result["type"], result["id"]
+            entries.append({"tool": entry["tool"], "digest": entry["digest"], "result": result})
+        return entries
 
     def prompt(self) -> str:
         """The job as one user message, for frameworks that take a prompt."""
@@ -221,6 +337,10 @@ class HarnessSession:
 
     def extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"usage": dict(self.usage), "harness": self.harness.get("kind")}
+        if self.code_digest:
+            extra["code_digest"] = self.code_digest
+        if self.provider_calls:
+            extra["provider_calls"] = [dict(call) for call in self.provider_calls]
         stderr = self.stderr_source() if self.stderr_source is not None and not self.stderr else self.stderr
         if stderr:
             extra["stderr"] = stderr[-STDERR_KEPT:]
@@ -259,41 +379,99 @@ class HarnessSession:
 
     def _authored(self, call: dict[str, Any]) -> CallResult:
         self.check_canceled()
-        key, refusal = kernel.round_call(
-            self.claimed,
-            call,
-            allowed_tools=self.tools,
-            tool_policies=dict(self.manifest.get("tool_on_failure", {})),
-            tool_timeouts=dict(self.manifest.get("tool_timeouts", {})),
-        )
-        if refusal is not None:
-            return refused(refusal)
-        if key is None:
-            raise HarnessCanceled()  # the claim is gone or the run stops
-        # max: a framework may run calls in parallel threads, and their reports may come back out of order.
-        self.state["authored"] = max(int(self.state.get("authored", 0)), int(key.rsplit(".", 1)[1]))
-        # The kernel notes the non-replayable calls on the round (kernel.round_call); the session's
-        # report replaces the round's state, so it carries them on.
+        with self.journal.lock:
+            try:
+                key = self.journal.replay(self.claimed, call)
+            except ClaimGone:
+                raise HarnessCanceled() from None
+            if key is None:
+                key, refusal = kernel.round_call(
+                    self.claimed,
+                    call,
+                    allowed_tools=self.tools,
+                    tool_policies=dict(self.manifest.get("tool_on_failure", {})),
+                    tool_timeouts=dict(self.manifest.get("tool_timeouts", {})),
+                    journal_at=self.journal.at,
+                )
+                if refusal is not None:
+                    return refused(refusal)
+                if key is None:
+                    raise HarnessCanceled()  # the claim is gone or the run stops
+                self.journal.made(key)
+            # max: a framework may run calls in parallel threads, and their reports may come back out of order.
+            self.state["authored"] = max(int(self.state.get("authored", 0)), int(key.rsplit(".", 1)[1]))
+            self._carry_noted()
+        return self._answer(key)
+
+    def _carry_noted(self) -> None:
+        """The kernel notes the non-replayable calls and the journal on the round (kernel.round_call,
+        kernel.round_replayed); the session's report replaces the round's state, so it carries them on."""
         noted = Task.objects.filter(pk=self.task.pk).values_list("state", flat=True).first() or {}
         if noted.get("nonreplayable_calls"):
             self.state["nonreplayable_calls"] = sorted(
                 {*self.state.get("nonreplayable_calls", []), *noted["nonreplayable_calls"]},
                 key=lambda k: int(k.rsplit(".", 1)[1]),
             )
+        for name in JOURNAL_STATE_KEYS:
+            if name in noted:
+                self.state[name] = noted[name]
+            else:
+                self.state.pop(name, None)
+
+    def answer(self, key: str) -> CallResult:
+        """The answer to the call `key` a released session waited on, once it is given a thread again."""
+        return self._answer(key)
+
+    def _answer(self, key: str) -> CallResult:
+        """Wait for the call `key` to settle; its answer for the agent. A wait on a person longer
+        than OZ0_SESSION_PARK_SECONDS parks the session, if it can be (`HarnessParked`), else
+        releases it, if it can be (`HarnessReleased`)."""
+        asking_since: float | None = None
         while True:
             source = Task.objects.filter(run_id=self.run.pk, key=key).first()
             if source is None:
                 return refused(f"{key}, the call, is gone")
             if _settled(source):
                 break
+            if source.status in TASK_ASKING and (self.parks or self.releases):
+                now = time.monotonic()
+                asking_since = now if asking_since is None else asking_since
+                if now - asking_since >= float(settings.OZ0_SESSION_PARK_SECONDS):
+                    if self.parks and self._park(key):
+                        raise HarnessParked()
+                    if self.releases and self._release(key):
+                        raise HarnessReleased(key, source.pk)
+                    asking_since = now  # not parked now (see _park): asked again a park clock later
             if self.cancel.wait(POLL_SECONDS):
                 raise HarnessCanceled()
         # A cancel settles the calls it stops at once, before the heartbeat carries it here: the
         # harness is told `cancel`, never handed the stopped call's failure to answer around.
         self.check_stopping()
-        if source.kind == "await" and source.status == TaskStatus.COMPLETED:
-            return CallResult(ok=True, value=(source.result or {}).get("value"))
-        message = child_message(source) if source.kind == "delegate" else tool_message(source)
-        if message["ok"]:
-            return CallResult(ok=True, value=(source.result or {}).get("value"))
-        return CallResult(ok=False, failure=json.loads(message["content"]))
+        return answer_of(source)
+
+    def _park(self, key: str) -> bool:
+        """Park the session on `key` when its harness can resume from its checkpoint (see the
+        module's docstring). False: it goes on waiting (the call was decided meanwhile, or there
+        is nothing to resume from)."""
+        if not self.resumable or self.cancel.is_set():
+            return False
+        with self.journal.lock:
+            return kernel.round_park(self.claimed, on=key, at=self.journal.at, extra=self.extra(), state=self.state)
+
+    def _release(self, key: str) -> bool:
+        """Release the session's thread while it waits on `key` (its process kept): False when the
+        call was decided meanwhile, the run stops, or the claim is gone."""
+        if self.cancel.is_set():
+            return False
+        with self.journal.lock:
+            return kernel.round_release(self.claimed, on=key)
+
+
+def answer_of(source: Task) -> CallResult:
+    """A settled call's answer, as the agent reads it."""
+    if source.kind == "await" and source.status == TaskStatus.COMPLETED:
+        return CallResult(ok=True, value=(source.result or {}).get("value"))
+    message = child_message(source) if source.kind == "delegate" else tool_message(source)
+    if message["ok"]:
+        return CallResult(ok=True, value=(source.result or {}).get("value"))
+    return CallResult(ok=False, failure=json.loads(message["content"]))

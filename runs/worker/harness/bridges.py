@@ -1,5 +1,5 @@
 """The import-target harnesses (`pydantic_ai`, `openai_agents`): the agent object a manifest names
-is loaded and run in a child process of its own, a bridge speaking the JSON-lines protocol v1 to
+is loaded and run in a child process of its own, a bridge speaking the JSON-lines protocol v2 to
 the worker, confined like every harness process (runs/worker/harness/sandbox.py). Never in the
 worker, nor in the web process: importing a module runs its code.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from oz0agents.harness_programs import agent_path, module_allowed, module_prefixes
 from runs.worker.harness.base import HarnessSession, HarnessUnavailable
-from runs.worker.harness.jsonl import UNAVAILABLE_EXIT, converse
+from runs.worker.harness.jsonl import PROTOCOL, UNAVAILABLE_EXIT, converse
 from runs.worker.harness.sandbox import SandboxUnavailable, confine
 
 HERE = Path(__file__).parent
@@ -112,4 +112,6 @@ def run_bridge(session: HarnessSession, kind: str) -> Any:
     if refusal is not None:
         raise HarnessUnavailable(f"the {kind} agent {target!r} is not allowed here: {refusal}")
     argv, env, reads = bridge_command(kind, target)
-    return converse(session, argv, env, reads=reads)
+    # A bridge keeps its framework's state in checkpoints: waiting on a person, it may be parked.
+    session.parks = True
+    return converse(session, argv, env, reads=reads, protocol=PROTOCOL)

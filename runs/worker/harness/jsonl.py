@@ -1,4 +1,4 @@
-"""The JSON-lines harness, protocol version 1 (docs/harness-jsonl.md): a process that reads one JSON
+"""The JSON-lines harness, protocol versions 1 and 2 (docs/harness-jsonl.md): a process that reads one JSON
 object per line on stdin and writes one per line on stdout (logs on stderr only, lines at most 1 MiB).
 
 The process is a program the installer lists (`oz0agents.harness_programs`), named by the manifest's
@@ -8,44 +8,40 @@ The process is a program the installer lists (`oz0agents.harness_programs`), nam
 cancel sends `cancel`, then SIGTERM after a grace, then SIGKILL. A process that cannot start is
 `harness_unavailable`; one that exits before `done` is `harness_crashed`; a line that is not a
 protocol message is `harness_protocol_error`. Its stderr is kept on the task (words, redacted).
+Version 2 (`protocol: 2` in the manifest, and the framework bridges) adds the round's `journal` and
+`resume` to `start`, and the harness's `checkpoint` and `resumed` messages (runs/kernel/journal.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import queue
 import re
-import signal
-import subprocess
-import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from oz0agents.harness_programs import ProgramsFileError, program
+from oz0agents.harness_programs import ProgramsFileError, program, program_argv
 from runs.worker.harness.base import (
     HarnessCanceled,
-    HarnessCrashed,
     HarnessError,
+    HarnessParked,
     HarnessProtocolError,
+    HarnessReleased,
     HarnessSession,
     HarnessUnavailable,
 )
-from runs.worker.harness.sandbox import Confined, SandboxUnavailable, confine, program_argv, reads_of
+from runs.worker.harness.channel import (  # noqa: F401 (the ACP adapter takes these from here)
+    CANCEL_GRACE_SECONDS,
+    LINE_MAX,
+    STDERR_BUFFER,
+    TERM_GRACE_SECONDS,
+    UNAVAILABLE_EXIT,
+    Channel,
+)
+from runs.worker.harness.model_calls import record_model_use
+from runs.worker.harness.sandbox import Confined, SandboxUnavailable, confine, reads_of
 
-PROTOCOL = 1
-LINE_MAX = 1024 * 1024
-STDERR_BUFFER = 64 * 1024
-CANCEL_GRACE_SECONDS = 1.0
-TERM_GRACE_SECONDS = 2.0
-EXIT_WAIT_SECONDS = 2.0
-_EOF = object()
-
-
-# The launcher, and a bridge that cannot load its agent, exit with this (EX_UNAVAILABLE).
-UNAVAILABLE_EXIT = 69
+# The newest protocol oz0 speaks; a program speaks 1 unless its manifest says `protocol: 2`.
+PROTOCOL = 2
 
 
 def installed_program(session: HarnessSession) -> tuple[list[str], dict[str, str]]:
@@ -69,7 +65,14 @@ def installed_program(session: HarnessSession) -> tuple[list[str], dict[str, str
 
 def run(session: HarnessSession) -> Any:
     argv, env = installed_program(session)
-    return converse(session, argv, env, reads=reads_of(argv))
+    return converse(session, argv, env, reads=reads_of(argv), protocol=spoken_protocol(session))
+
+
+def spoken_protocol(session: HarnessSession) -> int:
+    """The protocol version the manifest says its program speaks: 1 when it says nothing, so a
+    program written for version 1 gets the `start` it was written for."""
+    declared = session.harness.get("protocol", 1)
+    return declared if declared in (1, PROTOCOL) else 1
 
 
 def confined(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str], reads: Iterable[Path]) -> Confined:
@@ -82,24 +85,48 @@ def confined(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
         raise HarnessUnavailable(f"the harness cannot be confined here: {error}") from None
 
 
-def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path] = ()) -> Any:
-    """Run the job with a harness process speaking protocol v1 to its end; its `done` output."""
+def converse(
+    session: HarnessSession,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    reads: Iterable[Path] = (),
+    protocol: int = 1,
+) -> Any:
+    """Run the job with a harness process speaking `protocol` to its end; its `done` output. The
+    versions differ only in `start` (2 adds `journal`)."""
     if not argv:
         raise HarnessUnavailable("the harness names no program")
     channel = Channel.spawn(confined(session, argv, env, reads))
     session.stderr_source = channel.stderr_text
+    # A wait on a person past the park clock gives the thread back, the process kept (keeper.py).
+    session.releases = True
+    return drive(session, channel, protocol)
+
+
+def drive(session: HarnessSession, channel: Channel, protocol: int, pending: tuple[Any, str] | None = None) -> Any:
+    """Converse with the harness process to its end: from `start`, or (`pending`: the call's id and
+    key) from the answer to the call a released session waited on (runs/worker/harness/keeper.py)."""
+    released = False
+    call_id: Any = None
     try:
-        channel.send(session.start_message())
+        if pending is None:
+            channel.send(session.start_message(protocol))
+        else:
+            call_id = pending[0]
+            channel.send(session.answer(pending[1]).as_message(call_id))
         while True:
             message = channel.receive(session)
-            usage = message.get("usage") if isinstance(message.get("usage"), Mapping) else None
-            requests = (usage or {}).get("requests", 1)
-            session.bill(usage, calls=requests if isinstance(requests, int) and not isinstance(requests, bool) else 1)
+            record_model_use(session, message)
             kind = message.get("type")
             if kind == "done":
                 return message.get("output")
             if kind == "usage":
-                continue  # tokens spent with no call to carry them (a bridge about to crash): billed above
+                session.model_requested()
+                continue  # a model request's tokens (a bridge's, or with no call to carry them): billed above
+            if kind in ("checkpoint", "resumed") and protocol >= 2:
+                _journal_message(session, message)
+                continue
             if kind != "call":
                 raise HarnessProtocolError(f"the harness sent a message of type {kind!r}; it sends `call` or `done`")
             call_id, tool, args = message.get("id"), message.get("tool"), message.get("args", {})
@@ -117,6 +144,16 @@ def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
             else:
                 result = session.call_tool(tool, args)
             channel.send(result.as_message(call_id))
+    except HarnessReleased as waiting:
+        from runs.worker.harness.keeper import Released, keeper
+
+        # The process and its pipes go to the keeper's loop; this thread goes back to its worker.
+        released = True
+        keeper().take(Released(session, channel, protocol, call_id=call_id, key=waiting.key, waited=waiting.waited))
+        raise
+    except HarnessParked:
+        channel.kill()  # it waits on the call it was parked on; its state is stored
+        raise
     except HarnessCanceled:
         if session.timed_out.is_set():
             channel.kill()  # past its deadline: no `cancel` line, no grace
@@ -128,172 +165,18 @@ def converse(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str
         error.stderr = channel.stderr_text()
         raise
     finally:
-        # Closed first: the stderr kept is all the process wrote, up to its end.
-        channel.close()
-        session.stderr = channel.stderr_text()
+        if not released:
+            # Closed first: the stderr kept is all the process wrote, up to its end.
+            channel.close()
+            session.stderr = channel.stderr_text()
 
 
-class Channel:
-    """The harness process and its three streams: lines out, lines in, stderr kept."""
-
-    def __init__(self, process: subprocess.Popen[bytes], confined: Confined) -> None:
-        self.process = process
-        self.confined = confined
-        self.lines: queue.Queue[Any] = queue.Queue()
-        self._stderr = bytearray()
-        self._closed = False
-        self._readers = [
-            threading.Thread(target=self._read_lines, args=(process.stdout,), daemon=True),
-            threading.Thread(target=self._read_stderr, args=(process.stderr,), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @classmethod
-    def spawn(cls, confined: Confined) -> Channel:
-        try:
-            process = subprocess.Popen(
-                confined.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=confined.env,
-                close_fds=True,
-                start_new_session=True,  # its own process group: a kill reaches what it spawned too
-            )
-        except OSError as error:
-            confined.cleanup()
-            raise HarnessUnavailable(f"the harness cannot be started: {error.strerror or error}") from None
-        return cls(process, confined)
-
-    def _read_lines(self, stream: IO[bytes]) -> None:
-        try:
-            while True:
-                line = stream.readline(LINE_MAX + 1)
-                if not line:
-                    break
-                if len(line) > LINE_MAX:
-                    self.lines.put(HarnessProtocolError(f"the harness sent a line longer than {LINE_MAX:,} bytes"))
-                    return
-                if line.strip():
-                    self.lines.put(line)
-        except (OSError, ValueError):
-            pass
-        self.lines.put(_EOF)
-
-    def _read_stderr(self, stream: IO[bytes]) -> None:
-        try:
-            for chunk in iter(lambda: stream.read1(4096), b""):  # type: ignore[attr-defined]
-                self._stderr.extend(chunk)
-                if len(self._stderr) > STDERR_BUFFER:
-                    del self._stderr[: len(self._stderr) - STDERR_BUFFER]
-        except (OSError, ValueError):
-            pass
-
-    def settle_stderr(self, quiet: float = 0.05, most: float = 0.5) -> None:
-        """Wait (at most `most` seconds) until stderr has been quiet for `quiet` seconds: a line the
-        harness wrote just before its last message is read before the round is reported."""
-        deadline = time.monotonic() + most
-        seen = -1
-        while time.monotonic() < deadline and seen != len(self._stderr):
-            seen = len(self._stderr)
-            time.sleep(quiet)
-
-    def stderr_text(self) -> str:
-        return bytes(self._stderr).decode("utf-8", "replace").replace("\x00", "")
-
-    def send(self, message: Mapping[str, Any]) -> None:
-        data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write(data)
-            self.process.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            raise self._crashed("stopped reading its input") from None
-
-    def receive(self, session: HarnessSession) -> dict[str, Any]:
-        while True:
-            session.check_canceled()
-            try:
-                item = self.lines.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if item is _EOF:
-                raise self._crashed("closed its output before `done`")
-            if isinstance(item, HarnessError):
-                raise item
-            try:
-                message = json.loads(item)
-            except ValueError:
-                preview = item[:80].decode("utf-8", "replace")
-                raise HarnessProtocolError(f"the harness sent a line that is not JSON: {preview!r}") from None
-            if not isinstance(message, dict):
-                raise HarnessProtocolError("the harness sent a JSON value that is not an object")
-            return message
-
-    def _crashed(self, what: str) -> HarnessError:
-        try:
-            code = self.process.wait(timeout=EXIT_WAIT_SECONDS)
-        except subprocess.TimeoutExpired:
-            code = None
-        for reader in self._readers[1:]:
-            reader.join(timeout=1)
-        tail = self.stderr_text().strip().splitlines()[-3:]
-        exited = f"exited with code {code}" if code is not None else "is still running"
-        said = f"; its stderr ends: {' | '.join(tail)[-500:]}" if tail else ""
-        if code == UNAVAILABLE_EXIT:
-            return HarnessUnavailable(f"the harness cannot start or load its agent{said}")
-        if code == 1 and any(line.startswith("bwrap: ") for line in tail):
-            return HarnessUnavailable(f"the harness's sandbox cannot start here{said}")
-        return HarnessCrashed(f"the harness {what} ({exited}){said}")
-
-    def cancel(self) -> None:
-        """The run stops: a `cancel` line, then SIGTERM after a grace, then SIGKILL."""
-        try:
-            self.send({"type": "cancel"})
-        except HarnessCrashed:
-            pass
-        if self._exited_within(CANCEL_GRACE_SECONDS):
-            return
-        self._signal(signal.SIGTERM)
-        if self._exited_within(TERM_GRACE_SECONDS):
-            return
-        self._signal(signal.SIGKILL)
-
-    def kill(self) -> None:
-        """The round's deadline passed: its process group is killed at once."""
-        self._signal(signal.SIGKILL)
-        self._exited_within(EXIT_WAIT_SECONDS)
-
-    def _exited_within(self, seconds: float) -> bool:
-        try:
-            self.process.wait(timeout=seconds)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-
-    def _signal(self, number: int) -> None:
-        try:
-            os.killpg(self.process.pid, number)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def close(self) -> None:
-        """Whatever happened, no process is left behind: stdin closed, then a kill if it lingers."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        except OSError:
-            pass
-        if not self._exited_within(0.5):
-            self._signal(signal.SIGTERM)
-            if not self._exited_within(TERM_GRACE_SECONDS):
-                self._signal(signal.SIGKILL)
-                self.process.wait(timeout=5)
-        deadline = time.monotonic() + 1
-        for reader in self._readers:
-            reader.join(timeout=max(0.0, deadline - time.monotonic()))
-        self.confined.cleanup()
+def _journal_message(session: HarnessSession, message: Mapping[str, Any]) -> None:
+    """Protocol 2: `checkpoint` keeps the harness's own state for a session started again;
+    `resumed` says it resumed from the `start.resume` it was handed."""
+    if message.get("type") == "checkpoint":
+        if "state" not in message:
+            raise HarnessProtocolError("a `checkpoint` needs a `state`")
+        session.checkpoint(message["state"])
+    else:
+        session.resumed()

@@ -9,13 +9,16 @@ oz0's own folders taken off its path and the folders of OZ0_AGENT_PATH put on it
 
 oz0's registry tools and `oz__ask` become SDK function tools whose calls go to oz0 as `call`s;
 `oz__fail` (offered when the manifest lists oz.fail) sends oz.fail and ends the run (its exception
-surfaces: failure_error_function=None). A
-tool of the agent's own with `needs_approval` pauses the SDK's run: each interruption goes to oz0 as
-`oz.approval`, and the run resumes from its state with the call approved, or rejected with the
-failure's label as the rejection message the model reads. A `cancel` line cancels the streamed run
-(`RunResultStreaming.cancel()`). Exit code 69 says the agent cannot be loaded (the worker reports
-`harness_unavailable`). `--check package.module:agent` only loads it (lint's question) and prints
-the module's agents.
+surfaces: failure_error_function=None). A tool of the agent's own with `needs_approval` pauses the
+SDK's run: its `RunState` goes to oz0 as a `checkpoint`, each interruption as `oz.approval`, and
+the run resumes from its state with the call approved, or rejected with the failure's label as the
+rejection message the model reads. A session started again (a retry, or a session resumed after
+oz0 parked it while it waited on a person) goes on from the last such state. A `cancel` line
+cancels the streamed run (`RunResultStreaming.cancel()`). Exit code 69 says the agent cannot be
+loaded (the worker reports `harness_unavailable`). `--check package.module:agent` only loads it
+(lint's question) and prints the module's agents. Each model request is reported to oz0 as it ends
+(a `usage` line from the run hooks' `on_llm_end`, or as the run crashes): a `provider_call` event
+of the round, its tokens billed however the job ends.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -134,9 +138,8 @@ def oz0_tools(start: dict[str, Any]) -> list[Any]:
     @function_tool(name_override="oz__fail", failure_error_function=None)
     def oz_fail(kind: str, message: str) -> str:
         """End the job in failure with one of your declared failure kinds and a message in your own words."""
-        # The tokens spent so far ride on the call: the job ends here, with no `done` to carry them.
-        args = {"kind": kind, "message": message}
-        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": args, "usage": usage_so_far()})
+        # Each model request's tokens went to oz0 as it ended (ModelCalls): the call carries none.
+        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": {"kind": kind, "message": message}})
         raise JobEnded()
 
     @function_tool(name_override="oz__ask")
@@ -184,43 +187,149 @@ def arguments_of(item: Any) -> dict[str, Any]:
 
 
 async def drive(agent: Any, start: dict[str, Any]) -> Any:
-    """The streamed run to its end; a run paused for approvals asks oz0 and resumes from its state."""
+    """The streamed run to its end; a run paused for approvals asks oz0 and resumes from its state.
+    Each such state is a checkpoint (its `RunState`), and a session started again (a retry, or
+    resumed after a park) goes on from the one oz0 hands back instead of running from the start."""
     from agents import Runner
 
     current = agent.clone(tools=[*agent.tools, *oz0_tools(start)])
+    hooks = model_calls()
     loop = asyncio.get_running_loop()
     run_input: Any = prompt_of(start)
+    state = await resumed_state(current, start)
     while True:
-        result = Runner.run_streamed(current, input=run_input)
-        _runs.append(result)
-        inbox.on_cancel = lambda result=result: loop.call_soon_threadsafe(result.cancel)
-        if inbox.canceled.is_set():
-            result.cancel()
-        async for _ in result.stream_events():
-            pass
-        if not result.interruptions or inbox.canceled.is_set():
-            return result
-        state = result.to_state()
-        for item in result.interruptions:
+        if state is None:
+            result = Runner.run_streamed(current, input=run_input, hooks=hooks)
+            inbox.on_cancel = lambda result=result: loop.call_soon_threadsafe(result.cancel)
+            if inbox.canceled.is_set():
+                result.cancel()
+            async for _ in result.stream_events():
+                pass
+            if not result.interruptions or inbox.canceled.is_set():
+                return result
+            state = result.to_state()
+            checkpoint(state)
+        for item in state.get_interruptions():
             asked = {"tool": item.tool_name or "", "args": arguments_of(item)}
             answer = await asyncio.to_thread(call, "oz.approval", asked)
             if answer.get("ok"):
                 state.approve(item)
             else:
                 state.reject(item, rejection_message=as_tool_output(answer))
-        run_input = state
+        run_input, state = state, None
 
 
-# The streamed runs of the job (a run paused for approvals resumes as another): their usage so far.
-_runs: list[Any] = []
+def checkpoint(state: Any) -> None:
+    """The run's state at an interruption (the only place the SDK makes one), kept by oz0 before
+    the approvals it waits on are asked (protocol 2's `checkpoint`)."""
+    try:
+        saved = state.to_json()
+    except Exception as error:  # a context the SDK cannot serialise: no checkpoint, nothing lost
+        print(f"the run's state cannot be kept: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        return
+    send({"type": "checkpoint", "state": {"openai_agents_state": saved}})
 
 
-def usage_so_far() -> dict[str, int]:
-    """The tokens the job's latest run has counted (a resumed run carries its state's usage)."""
-    usage = _runs[-1].context_wrapper.usage if _runs else None
-    if usage is None:
-        return {"input_tokens": 0, "output_tokens": 0, "requests": 0}
-    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "requests": usage.requests}
+async def resumed_state(agent: Any, start: dict[str, Any]) -> Any:
+    """The `RunState` of the checkpoint oz0 hands back (`start.resume`), or None: the run then
+    starts from its prompt. Said to oz0 (`resumed`), which walks its journal from there."""
+    from agents import RunState
+
+    resume = start.get("resume")
+    saved = resume.get("state", {}).get("openai_agents_state") if isinstance(resume, dict) else None
+    if not isinstance(saved, dict):
+        return None
+    try:
+        state = await RunState.from_json(agent, saved)
+    except Exception as error:  # another SDK's schema, a changed agent: start over
+        print(f"the checkpoint cannot be read, starting over: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        return None
+    send({"type": "resumed"})
+    return state
+
+
+def model_calls() -> Any:
+    """Run hooks that report each model request to oz0 as it ends (a `usage` line: model,
+    provider, tokens, duration, finish): the round's trace shows every request, and its tokens are
+    billed however the job ends. A request that raised is reported by `report_unfinished_calls`.
+    (The SDK's tracing processors would see only the spans its OpenAI models make, and tracing is
+    off here: OPENAI_AGENTS_DISABLE_TRACING. The run hooks see every model, a test's fake too.)"""
+    from agents import RunHooks
+
+    class ModelCalls(RunHooks[Any]):  # type: ignore[misc]
+        async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
+            _unfinished[id(agent)] = (agent, time.monotonic())
+
+        async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+            _, started = _unfinished.pop(id(agent), (agent, 0.0))
+            model, provider = model_of(agent)
+            calls = [item for item in response.output if getattr(item, "type", None) == "function_call"]
+            report_model_call(
+                model=model,
+                provider=provider,
+                usage={"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens},
+                started=started,
+                # The SDK's response keeps no finish reason: whether the model asked for tools says it.
+                finish="tool_calls" if calls else "stop",
+            )
+
+    return ModelCalls()
+
+
+# The model requests begun and not ended, by agent: a request that raised ends no other way.
+_unfinished: dict[int, tuple[Any, float]] = {}
+
+
+def report_unfinished_calls(error: BaseException) -> None:
+    for agent, started in list(_unfinished.values()):
+        model, provider = model_of(agent)
+        report_model_call(
+            model=model,
+            provider=provider,
+            usage={"input_tokens": 0, "output_tokens": 0},
+            started=started,
+            exception=type(error).__name__,
+        )
+    _unfinished.clear()
+
+
+def model_of(agent: Any) -> tuple[str | None, str | None]:
+    """The model an agent ran on and its provider, as far as the SDK says: a model named by text is
+    the default provider's (OpenAI's) unless it names another (`litellm/anthropic/...`); an agent
+    that names none runs on the SDK's default model."""
+    model = agent.model
+    if model is None:
+        from agents.models.default_models import get_default_model
+
+        model = get_default_model()
+    if isinstance(model, str):
+        return model, "openai" if "/" not in model else None
+    name = getattr(model, "model", None)
+    provider = "openai" if type(model).__name__.startswith("OpenAI") else None
+    return (name if isinstance(name, str) else type(model).__name__), provider
+
+
+def report_model_call(
+    *,
+    model: Any,
+    provider: Any,
+    usage: dict[str, int],
+    started: float,
+    finish: Any = None,
+    exception: str | None = None,
+) -> None:
+    """One model request, as a `usage` line (docs/harness-jsonl.md): oz0 bills it and traces it."""
+    message: dict[str, Any] = {
+        "type": "usage",
+        "usage": {**usage, "requests": 1},
+        "model": model if isinstance(model, str) else None,
+        "provider": provider if isinstance(provider, str) else None,
+        "duration_ms": max(0, round((time.monotonic() - started) * 1000)) if started else None,
+        "finish": finish if isinstance(finish, str) else None,
+    }
+    if exception is not None:
+        message.update(outcome="error", exception=exception)
+    send(message)
 
 
 def check(target: str) -> None:
@@ -250,21 +359,14 @@ def main() -> None:
             return
         if inbox.canceled.is_set() or _caused_by(error, Canceled):
             return
-        send({"type": "usage", "usage": usage_so_far()})  # billed although the run crashed
+        report_unfinished_calls(error)  # each ended model request was billed as it ended
         raise
     if inbox.canceled.is_set():
         return
-    usage = result.context_wrapper.usage
     output = result.final_output
     if hasattr(output, "model_dump"):
         output = output.model_dump(mode="json")
-    send(
-        {
-            "type": "done",
-            "output": output,
-            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "requests": usage.requests},
-        }
-    )
+    send({"type": "done", "output": output})  # its tokens went with each model request
 
 
 def _caused_by(error: BaseException, wanted: type[BaseException]) -> bool:

@@ -14,7 +14,9 @@ agent's own that `requires_approval` (or raises `ApprovalRequired`) is resolved 
 back as Pydantic AI's own approval, or a `ToolDenied` whose message is the failure's label. A
 `cancel` line fires the run's `CancellationToken`. Exit code 69 says the agent cannot be loaded (the
 worker reports `harness_unavailable`). `--check package.module:agent` only loads it (lint's
-question) and prints the module's agents.
+question) and prints the module's agents. Each model request is reported to oz0 as it ends (a
+`usage` line from a capability's `after_model_request` / `on_model_request_error` hooks): a
+`provider_call` event of the round, its tokens billed however the job ends.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import os
 import queue
 import sys
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -102,6 +106,7 @@ inbox: Inbox
 def call(tool: str, args: dict[str, Any]) -> dict[str, Any]:
     """One call to oz0, answered in order (protocol v1 has one call in flight)."""
     with _calls:
+        checkpoint()
         _counter[0] += 1
         send({"type": "call", "id": _counter[0], "tool": tool, "args": args})
         while True:
@@ -144,9 +149,8 @@ def toolset(start: dict[str, Any]) -> Any:
     from pydantic_ai import FunctionToolset, Tool
 
     def oz_fail(kind: str, message: str) -> None:
-        # The tokens spent so far ride on the call: the job ends here, with no `done` to carry them.
-        args = {"kind": kind, "message": message}
-        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": args, "usage": usage_so_far()})
+        # Each model request's tokens went to oz0 as it ended (ModelCalls): the call carries none.
+        send({"type": "call", "id": "oz.fail", "tool": "oz.fail", "args": {"kind": kind, "message": message}})
         raise JobEnded()
 
     def oz_ask(question: str) -> Any:
@@ -197,14 +201,16 @@ async def drive(agent: Any, start: dict[str, Any]) -> Any:
         prompt = "Begin."
     elif not isinstance(prompt, str):
         prompt = json.dumps(prompt, sort_keys=True)
+    history = resumed_history(start)
     with capture_run_messages() as messages:
         _captured.append(messages)
         result = await agent.run(
-            prompt,
+            None if history else prompt,
+            message_history=history,
             toolsets=[toolset(start)],
             instructions=str(start.get("instructions") or "") or None,
             cancellation_token=inbox.token,
-            capabilities=[HandleDeferredToolCalls(handler=approvals)],
+            capabilities=[HandleDeferredToolCalls(handler=approvals), model_calls()],
         )
     if isinstance(result.output, DeferredToolRequests):
         names = sorted({part.tool_name for part in result.output.calls})
@@ -212,20 +218,109 @@ async def drive(agent: Any, start: dict[str, Any]) -> Any:
     return result
 
 
-# The run's messages as Pydantic AI captures them: its model responses carry each request's usage.
+def resumed_history(start: dict[str, Any]) -> list[Any] | None:
+    """The messages of the checkpoint oz0 hands back (`start.resume`) when the round's session started
+    before: the run goes on from them (its pending tool calls answered from the journal) instead of
+    asking its model again. Said to oz0 (`resumed`), which then walks its journal from there."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    resume = start.get("resume")
+    messages = resume.get("state", {}).get("pydantic_ai_messages") if isinstance(resume, dict) else None
+    if not messages:
+        return None
+    try:
+        history = ModelMessagesTypeAdapter.validate_python(messages)
+    except ValueError as error:
+        print(f"the checkpoint cannot be read, starting over: {error}", file=sys.stderr, flush=True)
+        return None
+    _checkpointed[0] = len(history)
+    send({"type": "resumed"})
+    return history
+
+
+# How many of the run's messages the last checkpoint held.
+_checkpointed = [0]
+
+
+def checkpoint() -> None:
+    """Before a call to oz0, the run's messages up to the model response that made it (once per
+    response): a session started again resumes from them (protocol 2's `checkpoint`)."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
+
+    messages = list(_captured[-1]) if _captured else []
+    while messages and not isinstance(messages[-1], ModelResponse):
+        messages.pop()
+    if len(messages) <= _checkpointed[0]:
+        return
+    _checkpointed[0] = len(messages)
+    state = {"pydantic_ai_messages": ModelMessagesTypeAdapter.dump_python(messages, mode="json")}
+    send({"type": "checkpoint", "state": state})
+
+
+# The run's messages as Pydantic AI captures them: what a checkpoint holds.
 _captured: list[list[Any]] = []
 
 
-def usage_so_far() -> dict[str, int]:
-    """The tokens of every model response of the run so far (what `oz.fail` and a crash report)."""
-    from pydantic_ai.messages import ModelResponse
+def model_calls() -> Any:
+    """A capability that reports each model request of the run to oz0 as it ends (a `usage` line:
+    model, provider, tokens, duration, finish), or as it fails: the round's trace shows every
+    request and its tokens are billed however the job ends (oz.fail, a crash, a cancel)."""
+    from pydantic_ai.capabilities import AbstractCapability
 
-    responses = [m for messages in _captured for m in messages if isinstance(m, ModelResponse)]
-    return {
-        "input_tokens": sum(r.usage.input_tokens or 0 for r in responses),
-        "output_tokens": sum(r.usage.output_tokens or 0 for r in responses),
-        "requests": len(responses),
+    @dataclass
+    class ModelCalls(AbstractCapability[Any]):
+        started: float = 0.0
+
+        async def prepare_model_request(self, ctx: Any, request_context: Any) -> Any:
+            self.started = time.monotonic()  # before each attempt, once the serving model is known
+            return request_context
+
+        async def after_model_request(self, ctx: Any, *, request_context: Any, response: Any) -> Any:
+            model = getattr(request_context, "model", None)
+            report_model_call(
+                model=response.model_name or getattr(model, "model_name", None),
+                provider=response.provider_name or getattr(model, "system", None),
+                usage={"input_tokens": response.usage.input_tokens or 0, "output_tokens": response.usage.output_tokens or 0},
+                started=self.started,
+                finish=response.finish_reason,
+            )
+            return response
+
+        async def on_model_request_error(self, ctx: Any, *, request_context: Any, error: Exception) -> Any:
+            model = getattr(request_context, "model", None)
+            report_model_call(
+                model=getattr(model, "model_name", None),
+                provider=getattr(model, "system", None),
+                usage={"input_tokens": 0, "output_tokens": 0},
+                started=self.started,
+                exception=type(error).__name__,
+            )
+            raise error
+
+    return ModelCalls()
+
+
+def report_model_call(
+    *,
+    model: Any,
+    provider: Any,
+    usage: dict[str, int],
+    started: float,
+    finish: Any = None,
+    exception: str | None = None,
+) -> None:
+    """One model request, as a `usage` line (docs/harness-jsonl.md): oz0 bills it and traces it."""
+    message: dict[str, Any] = {
+        "type": "usage",
+        "usage": {**usage, "requests": 1},
+        "model": model if isinstance(model, str) else None,
+        "provider": provider if isinstance(provider, str) else None,
+        "duration_ms": max(0, round((time.monotonic() - started) * 1000)) if started else None,
+        "finish": finish if isinstance(finish, str) else None,
     }
+    if exception is not None:
+        message.update(outcome="error", exception=exception)
+    send(message)
 
 
 def check(target: str) -> None:
@@ -253,21 +348,13 @@ def main() -> None:
     except BaseException as error:
         if _caused_by(error, JobEnded) or inbox.canceled.is_set() or _caused_by(error, Canceled):
             return
-        send({"type": "usage", "usage": usage_so_far()})  # billed although the run crashed
-        raise
+        raise  # each model request was billed as it ended
     if inbox.canceled.is_set():
         return
-    usage = result.usage
     output = result.output
     if hasattr(output, "model_dump"):
         output = output.model_dump(mode="json")
-    send(
-        {
-            "type": "done",
-            "output": output,
-            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "requests": usage.requests},
-        }
-    )
+    send({"type": "done", "output": output})  # its tokens went with each model request
 
 
 def _caused_by(error: BaseException, wanted: type[BaseException]) -> bool:

@@ -85,24 +85,6 @@ def interpreter_folders() -> list[Path]:
     return [Path(p) for p in dict.fromkeys(found)]
 
 
-def program_argv(argv: Sequence[str]) -> list[str]:
-    """A program's argv as it runs: `python` first is the worker's interpreter, and an argument
-    naming a file or folder of the install (`oz0agents/examples/jsonl_agent.py`) its absolute path,
-    since the program starts in a folder of its own."""
-    resolved = []
-    for index, part in enumerate(argv):
-        if index == 0 and part == "python":
-            resolved.append(sys.executable)
-            continue
-        if not part.startswith("-") and not os.path.isabs(part) and (index > 0 or "/" in part):
-            candidate = Path(settings.BASE_DIR) / part
-            if candidate.exists():
-                resolved.append(str(candidate))
-                continue
-        resolved.append(part)
-    return resolved
-
-
 def reads_of(argv: Sequence[str]) -> list[Path]:
     """What a program needs to read besides the system: the files and folders its argv names (a
     file with its folder, unless that folder is the install's own or one above it)."""

@@ -27,7 +27,8 @@ class ScriptProvider:
         if not isinstance(answer, Mapping):
             raise AttemptFailed("malformed", f"script answer {request.call_index + 1} is not an object")
         usage = {"input_tokens": sum(len(str(m.get("content", ""))) for m in request.messages) // 4 + 1, "output_tokens": 1}
-        if "text" in answer:
+        # Text beside tool calls is the model's words with them (what an approver reads).
+        if "text" in answer and "tool_calls" not in answer:
             return ProviderAnswer(text=str(answer["text"]), usage={**usage, "output_tokens": len(str(answer["text"])) // 4 + 1})
         if "tool_calls" in answer:
             calls = answer["tool_calls"]
@@ -35,6 +36,7 @@ class ScriptProvider:
                 raise AttemptFailed("malformed", "tool_calls is not a list", usage=usage)
             return ProviderAnswer(
                 tool_calls=[dict(c) if isinstance(c, Mapping) else {"tool": None} for c in calls],
+                text=str(answer["text"]) if "text" in answer else None,
                 usage=usage,
                 finish="tool_calls",
             )

@@ -11,7 +11,7 @@ import os
 import time
 
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
@@ -176,3 +176,92 @@ def _fails_after_a_call(messages: list[ModelMessage], info: AgentInfo) -> ModelR
 
 
 fails_after_a_call = Agent(FunctionModel(_fails_after_a_call))
+
+
+def _job(messages: list[ModelMessage]) -> dict[str, str]:
+    """The run's input, which the bridge sends as the prompt: `{effect, marker, asked}`."""
+    return json.loads(next(str(p.content) for m in messages for p in m.parts if isinstance(p, UserPromptPart)))
+
+
+def _effect_then_crash_once(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Makes test.effect, then crashes after its answer unless the marker says it already did once."""
+    job = _job(messages)
+    with open(job["asked"], "a") as asked:  # how often the model was asked, in all sessions
+        asked.write("asked\n")
+    returned = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    if not returned:
+        return ModelResponse(parts=[ToolCallPart("test__effect", {"id": job["effect"]})])
+    if not os.path.exists(job["marker"]):
+        open(job["marker"], "w").close()  # noqa: SIM115
+        os._exit(3)
+    return ModelResponse(parts=[TextPart(f"made {json.dumps(returned[-1].content)}")])
+
+
+effect_then_crash_once = Agent(FunctionModel(_effect_then_crash_once))
+
+
+# Model calls in the trace (issue 29): a model that spends tokens, then ends the job with oz.fail;
+# and one that spends tokens on a tool call, then raises (the bridge crashes).
+def _spends_then_fails(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    returned = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    if returned:
+        return ModelResponse(
+            parts=[ToolCallPart("oz__fail", {"kind": "not_found", "message": "no such issue"})],
+            usage=RequestUsage(input_tokens=40, output_tokens=9),
+        )
+    return ModelResponse(
+        parts=[ToolCallPart("test__echo", {"value": "looked"})], usage=RequestUsage(input_tokens=30, output_tokens=6)
+    )
+
+
+spends_then_fails = Agent(FunctionModel(_spends_then_fails))
+
+
+def _spends_then_crashes(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts):
+        raise RuntimeError("the model exploded after spending")
+    return ModelResponse(
+        parts=[ToolCallPart("test__echo", {"value": "looked"})], usage=RequestUsage(input_tokens=25, output_tokens=5)
+    )
+
+
+spends_then_crashes = Agent(FunctionModel(_spends_then_crashes))
+
+
+# Waits hold nothing (issue 29): a tool of its own that needs approval, whose effect is a line in
+# the job's `effects` file; the model notes each time it is asked in the job's `asked` file.
+def _ships(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    job = _job(messages)
+    with open(job["asked"], "a") as asked:
+        asked.write("asked\n")
+    returned = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    usage = RequestUsage(input_tokens=11, output_tokens=2)
+    if returned:
+        return ModelResponse(parts=[TextPart(f"the tool said: {returned[-1].content}")], usage=usage)
+    return ModelResponse(
+        parts=[ToolCallPart("ship", {"version": "1.2", "record": job["effects"]}, tool_call_id="s1")], usage=usage
+    )
+
+
+parks = Agent(FunctionModel(_ships))
+
+
+@parks.tool_plain(requires_approval=True)
+def ship(version: str, record: str) -> str:
+    with open(record, "a") as effects:
+        effects.write(f"shipped {version}\n")
+    return f"shipped {version}"
+
+
+def _asks_then_ships(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Asks a person which version, then answers with it (a wait on oz.ask)."""
+    job = _job(messages)
+    with open(job["asked"], "a") as asked:
+        asked.write("asked\n")
+    returned = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    if returned:
+        return ModelResponse(parts=[TextPart(f"answered: {returned[-1].content}")])
+    return ModelResponse(parts=[ToolCallPart("oz__ask", {"question": "Which version?"})])
+
+
+asks_and_parks = Agent(FunctionModel(_asks_then_ships))

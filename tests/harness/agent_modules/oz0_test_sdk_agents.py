@@ -112,3 +112,86 @@ approves = Agent(
         ]
     ),
 )
+
+
+def _job(call: Any) -> dict[str, str]:
+    """The run's input, which the bridge sends as the prompt: `{effect, marker}`."""
+    items = call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    return json.loads(next(str(i["content"]) for i in items if isinstance(i, dict) and i.get("role") == "user"))
+
+
+def _make_the_effect(call: Any) -> ModelStep:
+    return ModelStep(output=[function_call("test__effect", {"id": _job(call)["effect"]}, call_id="x1")])
+
+
+def _crash_once_then_answer(call: Any) -> ModelStep:
+    marker = _job(call)["marker"]
+    if not os.path.exists(marker):
+        open(marker, "w").close()  # noqa: SIM115
+        os._exit(3)
+    return _last_output(call)
+
+
+effect_then_crash_once = Agent(
+    name="effect_then_crash_once",
+    model=ScriptedModel([ModelStep.respond(_make_the_effect), ModelStep.respond(_crash_once_then_answer)]),
+)
+
+
+# Model calls in the trace (issue 29): a model that spends tokens, then ends the job with oz.fail;
+# and one that spends tokens on a tool call, then raises (the bridge crashes).
+spends_then_fails = Agent(
+    name="spends_then_fails",
+    model=ScriptedModel(
+        [
+            ModelStep(
+                output=[function_call("test__echo", {"value": "looked"}, call_id="e1")],
+                usage=Usage(requests=1, input_tokens=30, output_tokens=6),
+            ),
+            ModelStep(
+                output=[function_call("oz__fail", {"kind": "not_found", "message": "no such issue"}, call_id="f1")],
+                usage=Usage(requests=1, input_tokens=40, output_tokens=9),
+            ),
+        ]
+    ),
+)
+spends_then_crashes = Agent(
+    name="spends_then_crashes",
+    model=ScriptedModel(
+        [
+            ModelStep(
+                output=[function_call("test__echo", {"value": "looked"}, call_id="e1")],
+                usage=Usage(requests=1, input_tokens=25, output_tokens=5),
+            ),
+            ModelStep.raise_error(RuntimeError("the model exploded after spending")),
+        ]
+    ),
+)
+
+
+# Waits hold nothing (issue 29): a tool of its own that needs approval, whose effect is a line in
+# the job's `effects` file; the model decides from what it is handed (not from a script's place,
+# which a new process starts again), and notes each time it is asked in the job's `asked` file.
+@function_tool(needs_approval=True)
+def ship(version: str, record: str) -> str:
+    """Ship a release."""
+    with open(record, "a") as effects:
+        effects.write(f"shipped {version}\n")
+    return f"shipped {version}"
+
+
+def _ships(call: Any) -> ModelStep:
+    job = _job(call)
+    with open(job["asked"], "a") as asked:
+        asked.write("asked\n")
+    outputs = [item for item in call.input if isinstance(item, dict) and item.get("type") == "function_call_output"]
+    usage = Usage(requests=1, input_tokens=11, output_tokens=2)
+    if outputs:
+        return ModelStep(output=[assistant_message(f"the tool said: {outputs[-1]['output']}")], usage=usage)
+    return ModelStep(output=[function_call("ship", {"version": "1.2", "record": job["effects"]}, call_id="s1")], usage=usage)
+
+
+parks = Agent(name="parks", tools=[ship], model=ScriptedModel([ModelStep.respond(_ships) for _ in range(6)]))
+
+# The same agent under another name, so a test may find its bridge process by its target.
+parks_killed = parks

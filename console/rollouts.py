@@ -1,0 +1,68 @@
+"""Canary rollouts on the Agents page (issue 33 item 4): every agent with a canary under way, its
+two arms side by side (runs, failure rate with its interval, kinds), the rollout trail, and for
+operators a Promote and a Roll back button. One fragment (`insights/_rollouts.html`) serves the
+page's section and every htmx answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console.views import HtmxHttpRequest, not_found_as_404, toast, wants_fragment
+from insights import canary
+from oz0agents import rollouts
+from oz0agents.models import Agent
+from runs import kernel, selectors
+from tenancy.models import Workspace
+from tenancy.permissions import has_write_standing
+
+TRAIL = 10
+
+
+def rollouts_context(user: Any, workspace: Workspace) -> dict[str, Any]:
+    agents = Agent.objects.filter(workspace=workspace, canary_version__isnull=False).select_related(
+        "stable_version", "canary_version"
+    )
+    return {
+        "rollouts": [canary.document(agent) for agent in agents.order_by("name")],
+        "rollout_events": [rollouts.event_document(e) for e in rollouts.events(workspace, limit=TRAIL)],
+        "can_roll": has_write_standing(user, workspace.pk),
+    }
+
+
+def _verb(request: HtmxHttpRequest, slug: str, name: str, verb: str) -> HttpResponse:
+    workspace = selectors.workspace_for(request.user, slug)
+    if not has_write_standing(request.user, workspace.pk):
+        detail = "Promoting or rolling back a canary needs the operator role."
+        if wants_fragment(request):
+            return toast(request, ok=False, title="Refused:", detail=detail, status=403)
+        return HttpResponse(detail, status=403, content_type="text/plain")
+    act = rollouts.promote if verb == "promote" else rollouts.rollback
+    try:
+        act(workspace=workspace, user=request.user, name=name)
+    except kernel.KernelError as error:
+        if wants_fragment(request):
+            return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
+        return HttpResponse(error.detail, status=error.status, content_type="text/plain")
+    if not wants_fragment(request):
+        return redirect("agents", slug=workspace.slug)
+    context = {"workspace": workspace, **rollouts_context(request.user, workspace)}
+    return render(request, "insights/_rollouts.html", context)
+
+
+@require_POST
+@login_required
+@not_found_as_404
+def promote(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
+    return _verb(request, slug, name, "promote")
+
+
+@require_POST
+@login_required
+@not_found_as_404
+def rollback(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
+    return _verb(request, slug, name, "rollback")

@@ -1,0 +1,81 @@
+"""/api/v1/workspaces/{ws}/walls: list (every member), create, change members, delete (operators)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router
+
+from oz0site.auth import person_auth
+from runs import selectors, walls
+from runs.api import ERRORS, body_of
+from runs.schemas import Out, Page
+
+router = Router(tags=["walls"])
+
+
+class WallOut(Out):
+    id: int
+    agent: str
+    # Usernames of the members behind the wall: they read none of the agent's runs' words (F11).
+    members: list[str]
+    created_by: str | None = None
+    created_at: str
+    updated_at: str
+
+
+AGENT = {"type": "string", "pattern": r"^[a-z][a-z0-9_.-]*$", "maxLength": 100}
+MEMBERS = {"type": "array", "maxItems": walls.MEMBERS_MAX, "items": {"type": "string", "minLength": 1, "maxLength": 150}}
+
+
+def _body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    schema = {"type": "object", "additionalProperties": False, "required": required, "properties": properties}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+@router.get(
+    "/workspaces/{ws}/walls",
+    auth=person_auth("viewer", where="ws", rate="read"),
+    response={200: Page[WallOut], **ERRORS},
+    summary="The workspace's walls: whose members read none of an agent's runs' words",
+)
+def list_walls(request: HttpRequest, ws: str) -> dict[str, Any]:
+    workspace = selectors.workspace_for(request.user, ws)
+    return {"items": [walls.document(w) for w in walls.walls_of(workspace)], "next": None}
+
+
+@router.post(
+    "/workspaces/{ws}/walls",
+    auth=person_auth("operator", where="ws", rate="write"),
+    response={201: WallOut, **ERRORS},
+    openapi_extra=_body(["agent", "members"], {"agent": AGENT, "members": MEMBERS}),
+    summary="Wall members off from an agent's runs' words (409 wall_exists when the agent has one)",
+)
+def create_wall(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
+    workspace = selectors.workspace_for(request.user, ws)
+    return 201, walls.document(walls.create(workspace=workspace, user=request.user, body=body_of(request)))
+
+
+@router.put(
+    "/workspaces/{ws}/walls/{wall_id}",
+    auth=person_auth("operator", where="ws", rate="write"),
+    response={200: WallOut, **ERRORS},
+    openapi_extra=_body(["members"], {"members": MEMBERS}),
+    summary="Replace the members behind a wall",
+)
+def change_wall(request: HttpRequest, ws: str, wall_id: int) -> dict[str, Any]:
+    workspace = selectors.workspace_for(request.user, ws)
+    return walls.document(walls.replace_members(workspace=workspace, wall_id=wall_id, body=body_of(request)))
+
+
+@router.delete(
+    "/workspaces/{ws}/walls/{wall_id}",
+    auth=person_auth("operator", where="ws", rate="write"),
+    response={204: None, **ERRORS},
+    summary="Take a wall down",
+)
+def delete_wall(request: HttpRequest, ws: str, wall_id: int) -> tuple[int, None]:
+    workspace = selectors.workspace_for(request.user, ws)
+    walls.delete(workspace=workspace, wall_id=wall_id)
+    return 204, None

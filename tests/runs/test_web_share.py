@@ -1,0 +1,142 @@
+"""Each workspace's share of a web process (oz0site/web_share.py, issue 27): a workspace's burst
+waits behind itself; another workspace's request runs at once; only members fill a workspace's
+queue; the share is given back whatever the request's ending; long waits take none."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django.http import HttpRequest
+from django.test import override_settings
+
+from oz0site import web_share
+from runs.models import Run
+from tests.conftest import Team
+
+pytestmark = pytest.mark.usefixtures("no_dispatch")
+
+
+@pytest.fixture(autouse=True)
+def no_share_left() -> Iterator[None]:
+    yield
+    assert web_share._shares == {}, "a request kept its workspace's share"
+
+
+def _run(team: Team) -> str:
+    status, body = team.api().post(
+        f"/workspaces/{team.workspace.slug}/runs", {"tasks": [{"key": "q", "kind": "await", "question": "?"}]}
+    )
+    assert status == 201, body
+    return str(body["run"]["id"])
+
+
+def _held(workspace_id: int, count: int) -> list[HttpRequest]:
+    """Requests of the workspace that hold its slots, as long-running ones would."""
+    held: list[HttpRequest] = [HttpRequest() for _ in range(count)]
+    for request in held:
+        web_share.take(request, workspace_id)
+    return held
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=0.05)
+def test_a_full_share_makes_its_own_workspace_wait_not_another(team: Team) -> None:
+    other_team = Team()
+    run_id, other_run = _run(team), _run(other_team)
+    held = _held(team.workspace.pk, 2)
+    try:
+        response = team.api("viewer").client.get(f"/api/v1/runs/{run_id}")
+        assert response.status_code == 503
+        assert response.json()["error"]["key"] == "workspace_busy"
+        assert int(response["Retry-After"]) >= 1
+        # The other workspace's members are not in this queue.
+        assert other_team.api("viewer").get(f"/runs/{other_run}")[0] == 200
+        # Nor is an outsider: refused for standing first, it never waits (nor fills it).
+        assert team.api("outsider").get(f"/runs/{run_id}")[0] == 404
+        assert web_share.in_use(team.workspace.pk) == (2, 0)
+    finally:
+        for request in held:
+            web_share.give_back(request)
+    status, body = team.api("viewer").get(f"/runs/{run_id}")
+    assert status == 200 and body["id"] == run_id, body
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=1, OZ0_WEB_SLOT_WAIT_SECONDS=0.05)
+def test_the_share_is_given_back_whatever_the_ending(team: Team) -> None:
+    run_id = _run(team)
+    for path, body, want in (
+        (f"/runs/{run_id}/tasks/nothing/answer", {"value": 1}, 404),  # the kernel refuses after the share was taken
+        (f"/runs/{run_id}/tasks/q/approve", {}, 409),
+        (f"/runs/{run_id}/cancel", {}, 200),
+        (f"/runs/{run_id}/cancel", {}, 409),
+    ):
+        status, answer = team.api().post(path, body)
+        assert status == want, (path, answer)
+        assert web_share.in_use(team.workspace.pk) == (0, 0), path
+    # Had a slot leaked, this read would have waited and answered 503.
+    assert team.api().get(f"/runs/{run_id}")[0] == 200
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=1, OZ0_WEB_SLOT_WAIT_SECONDS=0.05)
+def test_a_long_wait_takes_no_share(team: Team) -> None:
+    run_id = _run(team)
+    held = _held(team.workspace.pk, 1)
+    try:
+        seq = Run.objects.get(pk=run_id).last_seq
+        status, body = team.api("viewer").get(f"/runs/{run_id}/wait?after={seq - 1}&timeout=0")
+        assert status == 200, body
+    finally:
+        web_share.give_back(held[0])
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10)
+def test_waiting_requests_run_in_arrival_order_as_slots_free() -> None:
+    held = _held(7, 2)
+    admitted: list[int] = []
+    started: list[threading.Event] = []
+    threads = []
+    for number in range(3):
+        started.append(threading.Event())
+
+        def waiter(number: int = number) -> None:
+            request = HttpRequest()
+            started[number].set()
+            web_share.take(request, 7)
+            admitted.append(number)
+            web_share.give_back(request)
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        threads.append(thread)
+        started[number].wait(5)
+        # Each waiter is in the queue before the next arrives.
+        while web_share.in_use(7)[1] < number + 1:
+            threading.Event().wait(0.001)
+    assert web_share.in_use(7) == (2, 3)
+    other = _held(8, 2)  # another workspace's requests run at once beside the queue
+    assert web_share.in_use(8) == (2, 0)
+    for request in other:
+        web_share.give_back(request)
+    web_share.give_back(held[0])
+    for thread in threads:
+        thread.join(5)
+    assert admitted == [0, 1, 2]
+    web_share.give_back(held[1])
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=1, OZ0_WEB_SLOT_WAIT_SECONDS=0.02)
+def test_a_request_that_gave_up_waiting_leaves_the_queue() -> None:
+    held = _held(9, 1)
+    with pytest.raises(web_share.WorkspaceBusy):
+        web_share.take(HttpRequest(), 9)
+    assert web_share.in_use(9) == (1, 0)
+    web_share.give_back(held[0])
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=0)
+def test_no_share_when_the_setting_is_zero() -> None:
+    requests = _held(10, 50)
+    assert web_share.in_use(10) == (0, 0)
+    for request in requests:
+        web_share.give_back(request)

@@ -3,6 +3,7 @@ websocket, the verbs, what each role sees, and two people deciding the same call
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -191,8 +192,21 @@ def test_it_tells_one_of_two_approvers_the_call_was_already_decided(live_team: T
     buttons = [p.locator('article[data-task="r1.1"] button[data-verb="approve"]') for p in pages]
     for button in buttons:
         expect(button).to_be_visible()
-    for button in buttons:  # both clicks leave before either answer comes back
+    # Both requests leave their browsers before either reaches the server: each is held at the
+    # browser's edge until the other is out too (a click after the winner's live push had removed
+    # the item would find no button, which is no race at all).
+    held: list[Any] = []
+    for page in pages:
+        page.route(re.compile(r"/approve/$"), lambda route: held.append(route))
+    for button in buttons:
         button.evaluate("b => b.click()")
+    for _ in range(300):
+        if len(held) == 2:
+            break
+        pages[0].wait_for_timeout(20)
+    assert len(held) == 2, "both approvals left their pages"
+    for route in held:
+        route.continue_()
     # Each page's toast as soon as it shows (the winner's leaves by itself after 6 s).
     seen: dict[int, str | None] = {}
     for _ in range(300):

@@ -111,7 +111,9 @@ def plan_lanes(args: list[str], *, quick: bool, environ: Mapping[str, str]) -> l
     are apart by database; in Redis, numbered ids of the databases would meet (a workspace's
     membership stamp, the cache), so each engine lane takes another Redis database and a channel
     prefix of its own (pub/sub channels are shared by every Redis database)."""
-    parallel = ["-n", str(xdist_workers(environ))]
+    # worksteal: a worker that runs out takes queued tests from the others, so one long test near
+    # the end no longer leaves three workers idle behind it.
+    parallel = ["-n", str(xdist_workers(environ)), "--dist", "worksteal"]
     if quick:
         return [Lane("quick", ["-m", QUICK_MARKERS, *([] if selects_tests(args) else parallel), *args])]
     if selects_tests(args):

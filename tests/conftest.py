@@ -45,6 +45,11 @@ def _always_set_up_the_default_database() -> None:
 
 _always_set_up_the_default_database()
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    from tests import template_database
+
+    template_database.install()
+
 FAST_PASSWORD_HASHER = "django.contrib.auth.hashers.MD5PasswordHasher"
 
 
@@ -87,8 +92,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os._exit(_exit_status[-1])
 
 
+# Modules whose every test is `thorough`. A run that leaves thorough tests out (`./oz0 test
+# --quick`) does not import them: the OpenAPI fuzz builds its schemathesis tests while it is
+# collected, which was half of every xdist worker's collection time.
+THOROUGH_MODULES = frozenset({"tests/foundation/test_openapi_fuzz.py"})
+
+
+def leaves_out_thorough(markexpr: str) -> bool:
+    """Whether the `-m` expression deselects a test marked `thorough` and nothing else."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    return not Expression.compile(markexpr).evaluate(lambda name, **_: name == "thorough")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    listed = collection_path.is_relative_to(ROOT) and str(collection_path.relative_to(ROOT)) in THOROUGH_MODULES
+    if listed and leaves_out_thorough(str(config.getoption("markexpr") or "")):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if str(item.path.relative_to(ROOT)) in THOROUGH_MODULES:
+            assert item.get_closest_marker("thorough"), f"{item.nodeid}: its module is listed as thorough only"
         for marker in item.iter_markers("spec"):
             for spec_id in marker.args:
                 assert isinstance(spec_id, str) and spec_id[0] in "FS", f"{item.nodeid}: bad spec id {spec_id!r}"

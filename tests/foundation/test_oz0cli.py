@@ -120,7 +120,7 @@ def test_the_whole_suite_runs_as_four_lanes_apart_in_postgresql_and_redis() -> N
     faults, slow, live, rest = plan_lanes(["-q"], quick=False, environ=environ)
     assert faults.args == ["-m", FAULTS_MARKERS, "-q"] and slow.args == ["-m", SLOW_MARKERS, "-q"]
     assert live.args == ["-m", LIVE_MARKERS, "-q"]
-    assert rest.args == ["-m", REST_MARKERS, "-n", "3", "-q"]
+    assert rest.args == ["-m", REST_MARKERS, "-n", "3", "--dist", "worksteal", "-q"]
     assert "thorough" not in REST_MARKERS and "thorough" in QUICK_MARKERS  # --quick alone leaves them out
     assert faults.env == {
         "TEST_DATABASE_NAME": "test_oz0_ci_faults",
@@ -214,7 +214,7 @@ def test_a_persons_own_selection_runs_as_given_and_quick_narrows_it() -> None:
     (quick,) = plan_lanes(["tests/runs"], quick=True, environ=environ)
     assert quick.args == ["-m", QUICK_MARKERS, "tests/runs"]
     (everything_quick,) = plan_lanes(["-q"], quick=True, environ={**environ, "OZ0_TEST_WORKERS": "2"})
-    assert everything_quick.args == ["-m", QUICK_MARKERS, "-n", "2", "-q"]
+    assert everything_quick.args == ["-m", QUICK_MARKERS, "-n", "2", "--dist", "worksteal", "-q"]
 
 
 def test_a_lanes_redis_is_the_next_database_of_the_same_server() -> None:
@@ -438,3 +438,12 @@ def test_a_signal_that_lands_mid_wait_still_stops_the_supervisor_and_its_childre
         process.kill()
         raise AssertionError("the supervisor hung on a signal") from None
     assert "stopping sleeper" in out and "stopped" in out
+
+
+def test_a_quick_run_leaves_the_thorough_only_modules_uncollected() -> None:
+    from oz0cli.checks import QUICK_MARKERS, REST_MARKERS
+    from tests.conftest import leaves_out_thorough
+
+    assert leaves_out_thorough(QUICK_MARKERS)
+    assert not leaves_out_thorough(REST_MARKERS)
+    assert not leaves_out_thorough("") and not leaves_out_thorough("thorough") and not leaves_out_thorough("not live")

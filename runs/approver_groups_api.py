@@ -135,8 +135,9 @@ def read_deadlines(request: HttpRequest, ws: str) -> dict[str, Any]:
     "/workspaces/{ws}/wait-deadlines",
     auth=person_auth("operator", where="ws", rate="write"),
     response={200: WaitDeadlinesOut, **ERRORS},
-    openapi_extra=request_body([], DEADLINES_BODY),
-    summary="Set the reminder and escalation times (null: the install's default; 0: off)",
+    # Every field may be left out (null): an empty body puts the install's defaults back.
+    openapi_extra=request_body([], DEADLINES_BODY, optional=True),
+    summary="Set the reminder and escalation times (null or left out: the install's default; 0: off)",
 )
 def replace_deadlines(request: HttpRequest, ws: str) -> dict[str, Any]:
     workspace = selectors.workspace_for(request.user, ws)

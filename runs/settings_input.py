@@ -38,7 +38,8 @@ def workspace_members(workspace: Workspace, names: Any, *, most: int, what: str)
     return [users[name] for name in wanted]
 
 
-def request_body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
-    """A route's `openapi_extra` for a JSON object body of exactly these properties."""
+def request_body(required: list[str], properties: dict[str, Any], *, optional: bool = False) -> dict[str, Any]:
+    """A route's `openapi_extra` for a JSON object body of exactly these properties (`optional`: the
+    body may be left out, as `{}`)."""
     schema = {"type": "object", "additionalProperties": False, "required": required, "properties": properties}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    return {"requestBody": {"required": not optional, "content": {"application/json": {"schema": schema}}}}

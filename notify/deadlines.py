@@ -111,6 +111,7 @@ def due_waits(now: datetime, *, workspace_ids: Sequence[int] | None = None, batc
     """Every stage of every wait that is due now and was not told yet (at most `batch` per kind and
     stage), in every workspace or in those named."""
     due: list[DueWait] = []
+    every_workspace = list(workspace_ids if workspace_ids is not None else Workspace.objects.values_list("pk", flat=True))
     for stage in STAGES:
         for kind in ("approval", "question"):
             tasks = _task_waits(kind, stage, now)
@@ -119,9 +120,8 @@ def due_waits(now: datetime, *, workspace_ids: Sequence[int] | None = None, batc
             for task in tasks[:batch]:
                 assert task.queued_at is not None
                 due.append(DueWait(kind, stage, task.run, task.key, task.spec.get("tool"), task.queued_at))
-        held = _held_runs(stage, now)
-        if workspace_ids is not None:
-            held = held.filter(workspace_id__in=workspace_ids)
+        # Held runs by workspace: the runs' (workspace, status) index, not a scan of every run.
+        held = _held_runs(stage, now).filter(workspace_id__in=every_workspace)
         for run in held[:batch]:
             assert run.held_since is not None
             blocked = (run.attention or {}).get("blocked_task_keys") or [None]

@@ -108,6 +108,21 @@ def test_questions_and_holds_are_the_operators_and_escalate_to_the_workspaces_gr
     assert remind.task_key == "a" and remind.data["kind"] == "hold"
 
 
+def test_a_run_held_again_is_a_new_wait_with_its_own_reminder(team: Team, django_capture_on_commit_callbacks: Any) -> None:
+    Workspace.objects.filter(pk=team.workspace.pk).update(reminder_seconds=REMIND, escalation_seconds=0)
+    held = halted_run(team.workspace, team.users["operator"])
+    assert held.held_since is not None
+    [first] = sweep(held.held_since + timedelta(seconds=REMIND), django_capture_on_commit_callbacks, team.workspace)
+    kernel.retry(run_id=held.pk, key="a", user=team.users["operator"])
+    claimed = kernel.claim_task(None, Task.objects.get(run=held, key="a").pk, "test-claim-2")
+    assert claimed is not None and kernel.task_fail(claimed, "tool_failed", "again")
+    held.refresh_from_db()
+    assert held.status == "needs_attention" and held.held_since is not None
+    [second] = sweep(held.held_since + timedelta(seconds=REMIND), django_capture_on_commit_callbacks, team.workspace)
+    assert first != second and len(entries(held, "remind")) == 2
+    assert sweep(held.held_since + timedelta(days=1), django_capture_on_commit_callbacks, team.workspace) == []
+
+
 def test_zero_turns_a_stage_off_and_the_install_default_applies_when_unset(
     team: Team, django_capture_on_commit_callbacks: Any
 ) -> None:

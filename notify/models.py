@@ -55,13 +55,11 @@ class WaitNotice(models.Model):
     instant it began, so a reminder goes out once however many sweeps see it, and a wait that ends
     and begins again (a call re-parked, a run held anew) is a new wait."""
 
-    STAGES = ("reminder", "escalation")
-
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
     task_key = models.CharField(max_length=200, blank=True, default="")
-    kind = models.CharField(max_length=16)
-    stage = models.CharField(max_length=16)
+    kind = models.CharField(max_length=16)  # approval, question, hold
+    stage = models.CharField(max_length=16)  # reminder, escalation
     since = models.DateTimeField()
     created_at = models.DateTimeField()
     # Whose it was when told (e.g. "group payments", "operators") and who was told (usernames).

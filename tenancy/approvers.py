@@ -102,9 +102,6 @@ class Owners:
     def by_group(self) -> bool:
         return bool(self.groups)
 
-    def label(self) -> str:
-        return ", ".join(f"group {name}" for name in self.groups) if self.groups else OPERATORS
-
 
 OPERATORS_OWN = Owners()
 

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods
 from console.verbs import PAST_TENSE, acting, done, last_decision
 from console.views import HtmxHttpRequest, not_found_as_404, workspace_context
 from inbox import approvals
+from inbox.owners import first_approval_of
 from runs import kernel
 from runs import selectors as run_selectors
 from runs.models import Run
@@ -48,6 +49,9 @@ def approve_edited(request: HtmxHttpRequest, run: Run, key: str) -> HttpResponse
         args=args,
         confirm_effects=confirmed_effects(request),
     )
+    if first_approval_of(run.pk, key, request.user):
+        detail = f"{key} now carries your arguments and runs once a second, different approver approves them too."
+        return done(request, run, "First approval recorded", detail)
     return done(request, run, "Approved as edited", f"{key} runs with your arguments; the model reads that you edited them.")
 
 

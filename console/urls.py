@@ -5,6 +5,7 @@ from django.urls import path
 
 from console import (
     approvals,
+    approvers,
     audit,
     bulk_repair,
     holds,
@@ -62,6 +63,13 @@ urlpatterns = [
     path("w/<slug:slug>/settings/retention/", workspace_settings.workspace_retention, name="workspace_retention"),
     path("w/<slug:slug>/settings/walls/", walls.save_wall, name="workspace_wall_save"),
     path("w/<slug:slug>/settings/walls/<int:wall_id>/delete/", walls.delete_wall, name="workspace_wall_delete"),
+    path("w/<slug:slug>/settings/approvers/", approvers.save_group, name="workspace_approver_group_save"),
+    path(
+        "w/<slug:slug>/settings/approvers/<int:group_id>/delete/",
+        approvers.delete_group,
+        name="workspace_approver_group_delete",
+    ),
+    path("w/<slug:slug>/settings/deadlines/", approvers.save_deadlines, name="workspace_deadlines_save"),
     path(f"{TASK}/approve/", verbs.approve, name="task_approve"),
     path(f"{TASK}/approve-edited/", approvals.approve_edited, name="task_approve_edited"),
     path(f"{TASK}/deny/", verbs.deny, name="task_deny"),

@@ -22,6 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from console.views import HtmxHttpRequest, not_found_as_404, toast
+from inbox.owners import first_approval_of
 from runs import kernel, selectors
 from runs.models import Run, Task, TraceEvent
 from runs.schemas import parse_body
@@ -56,6 +57,8 @@ REFUSAL_TITLES = {
     "invalid_args": "Not valid arguments",
     "invalid_json": "Not valid JSON",
     "payload_too_large": "Too large",
+    "not_an_approver": "Not yours to decide",
+    "same_approver": "Needs another approver",
 }
 
 Verb = Callable[..., HttpResponse]
@@ -109,6 +112,8 @@ def approve(request: HtmxHttpRequest, run: Run, key: str) -> HttpResponse:
     # A call that is not replayable has effects: the card asks the person to confirm them.
     confirmed = request.POST.get("confirm_effects") == "1"
     kernel.approve(run_id=run.pk, key=key, user=request.user, digest=digest, confirm_effects=confirmed)
+    if first_approval_of(run.pk, key, request.user):
+        return done(request, run, "First approval recorded", f"{key} runs once a second, different approver approves it too.")
     return done(request, run, "Approved", f"{key} may run now, with exactly the arguments you saw.")
 
 

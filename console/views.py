@@ -13,7 +13,7 @@ from functools import wraps
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils.cache import patch_vary_headers
 from django_htmx.middleware import HtmxDetails
@@ -121,3 +121,21 @@ def workspace_context(request: HttpRequest, workspace: Workspace, section: str) 
         "section": section,
         "live_path": f"/ws/workspaces/{workspace.slug}/",
     }
+
+
+def settings_refused(request: HttpRequest, workspace: Workspace) -> HttpResponse | None:
+    """A Settings section's write is for operators: anyone else gets the 403 page (a non-member
+    never got this far: the selector's 404)."""
+    if has_write_standing(request.user, workspace.pk):
+        return None
+    return render(request, "console/settings_forbidden.html", workspace_context(request, workspace, "settings"), status=403)
+
+
+def settings_section(
+    request: HtmxHttpRequest, workspace: Workspace, fragment: str, context: dict[str, Any], status: int = 200
+) -> HttpResponse:
+    """What a Settings section's write answers: its fragment for htmx (and for a refusal, with its
+    status), the Settings page again (a redirect) without JavaScript."""
+    if not wants_fragment(request) and status == 200:
+        return redirect("workspace_settings", slug=workspace.slug)
+    return render(request, fragment, workspace_context(request, workspace, "settings") | context, status=status)

@@ -7,15 +7,13 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.views import HtmxHttpRequest, not_found_as_404, wants_fragment, workspace_context
+from console.views import HtmxHttpRequest, not_found_as_404, settings_refused, settings_section
 from oz0agents.models import Agent
 from runs import selectors, walls
 from runs.kernel import KernelError
 from tenancy.models import Membership, Wall, Workspace
-from tenancy.permissions import has_write_standing
 
 
 def walls_context(workspace: Workspace, *, error: str | None = None, saved: str | None = None) -> dict[str, Any]:
@@ -29,10 +27,7 @@ def walls_context(workspace: Workspace, *, error: str | None = None, saved: str 
 
 
 def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, **state: Any) -> HttpResponse:
-    if not wants_fragment(request) and status == 200:
-        return redirect("workspace_settings", slug=workspace.slug)
-    context = workspace_context(request, workspace, "settings") | walls_context(workspace, **state)
-    return render(request, "console/_walls.html", context, status=status)
+    return settings_section(request, workspace, "console/_walls.html", walls_context(workspace, **state), status)
 
 
 @require_POST
@@ -41,8 +36,8 @@ def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, *
 def save_wall(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Put a wall up, or give an agent's wall its new members."""
     workspace = selectors.workspace_for(request.user, slug)
-    if not has_write_standing(request.user, workspace.pk):
-        return render(request, "console/settings_forbidden.html", workspace_context(request, workspace, "settings"), status=403)
+    if refused := settings_refused(request, workspace):
+        return refused
     agent = str(request.POST.get("agent", ""))
     body = {"agent": agent, "members": request.POST.getlist("members")}
     try:
@@ -51,8 +46,8 @@ def save_wall(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             walls.create(workspace=workspace, user=request.user, body=body)
         else:
             walls.replace_members(workspace=workspace, wall_id=existing.pk, body={"members": body["members"]})
-    except KernelError as refused:
-        return _answer(request, workspace, 400, error=refused.detail or refused.key)
+    except KernelError as refusal:
+        return _answer(request, workspace, 400, error=refusal.detail or refusal.key)
     return _answer(request, workspace, saved=agent)
 
 
@@ -61,7 +56,7 @@ def save_wall(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @not_found_as_404
 def delete_wall(request: HtmxHttpRequest, slug: str, wall_id: int) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
-    if not has_write_standing(request.user, workspace.pk):
-        return render(request, "console/settings_forbidden.html", workspace_context(request, workspace, "settings"), status=403)
+    if refused := settings_refused(request, workspace):
+        return refused
     walls.delete(workspace=workspace, wall_id=wall_id)
     return _answer(request, workspace)

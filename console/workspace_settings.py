@@ -1,5 +1,6 @@
-"""A workspace's Settings page, for its operators: its quotas and what it uses of them, and how
-long its finished runs' trace and findings are kept (retention, editable)."""
+"""A workspace's Settings page, for its operators: its quotas and what it uses of them, how long
+its finished runs' trace and findings are kept (retention, editable), its walls (console/walls.py),
+its approver groups and wait deadlines (console/approvers.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from console.approvers import approvers_context
 from console.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, wants_fragment, workspace_context
 from console.walls import walls_context
 from runs import selectors
@@ -37,7 +39,12 @@ def workspace_settings(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     context = workspace_context(request, workspace, "settings")
     if not has_write_standing(request.user, workspace.pk):
         return render(request, "console/settings_forbidden.html", context, status=403)
-    context |= {"quotas": selectors.workspace_quotas(workspace), **_retention(workspace), **walls_context(workspace)}
+    context |= {
+        "quotas": selectors.workspace_quotas(workspace),
+        **_retention(workspace),
+        **walls_context(workspace),
+        **approvers_context(workspace),
+    }
     return fragment_or_page(request, "console/settings.html", "console/_quotas.html", context)
 
 
@@ -57,6 +64,7 @@ def workspace_retention(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             "quotas": selectors.workspace_quotas(workspace),
             **_retention(workspace, error=str(refused)),
             **walls_context(workspace),
+            **approvers_context(workspace),
         }
         page = "console/_retention.html" if wants_fragment(request) else "console/settings.html"
         return render(request, page, context, status=400)

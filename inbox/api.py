@@ -62,6 +62,23 @@ class InboxItem(Schema):
     kinds: list[str] | None = None
     # A held child run's parent run, which waits on it (F14).
     parent: str | None = None
+    # Whose it is (issue 31): the approver groups whose tool patterns the call matches ("group
+    # payments"), else ["operators"]; a group's members; whether it is the caller's to decide.
+    owners: list[str] | None = None
+    owner_members: list[str] | None = None
+    yours: bool | None = None
+    # An operator outside the groups that own the call: it is not theirs (actionable false).
+    not_yours: bool | None = None
+    # A call with effects that its group lets run only after two different approvers: who approved
+    # it so far; `awaiting_second` for the one who gave the first approval.
+    two_approvers: bool | None = None
+    approved_by: list[str] | None = None
+    awaiting_second: bool | None = None
+    # Past the workspace's reminder time "due", past its escalation time "overdue" (else null), and
+    # when each comes (null: that stage is off).
+    due: Literal["due", "overdue"] | None = None
+    due_at: str | None = None
+    overdue_at: str | None = None
 
 
 InboxPage = Page[InboxItem]

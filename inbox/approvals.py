@@ -20,6 +20,7 @@ from typing import Any
 from django.db.models import Count, F, Q
 from django.db.models.fields.json import KT
 
+from inbox.owners import decidable_by_groups, first_approval_of
 from runs import kernel
 from runs.models import Run, Task, TaskStatus, TraceEvent
 from runs.permissions import can_read_content, walled_off
@@ -29,6 +30,7 @@ from tenancy.permissions import has_write_standing
 # The most calls one "approve many" step decides (each is its own transaction).
 APPROVE_MANY_MAX = 100
 MESSAGE_MAX = 4000
+FIRST_OF_TWO = "your approval is the first of two: the call runs once a second, different approver approves it"
 # How many of the oldest pending calls an inbox page looks through to count identical ones.
 IDENTICAL_SCAN = 2000
 
@@ -74,6 +76,8 @@ def decidable(user: Any, workspace_ids: Sequence[int]) -> Q:
         )
         & (Q(run__private=False) | Q(run__created_by_id=user.pk))
         & ~walled_off(user, "run__")
+        # A call an approver group owns is its members' to decide (tenancy/approvers.py).
+        & decidable_by_groups(user, operated)
     )
 
 
@@ -221,7 +225,8 @@ def approve_calls(
     user: Any, workspace: Workspace, calls: Sequence[tuple[str, str]], *, digest: Any, confirm_effects: bool
 ) -> list[dict[str, Any]]:
     """Approve each call bound to `digest` (the one the preview showed), each in its own run's
-    transaction; what happened to each: `approved`, or the kernel's refusal (`not_pending` when
+    transaction; what happened to each: `approved`, `first_approval` (a call that needs two approvers
+    waits for a second), or the kernel's refusal (`not_pending` when
     someone decided it meanwhile, `approval_stale` when it changed, `not_found`, ...)."""
     if not kernel.is_digest(digest):
         raise kernel.InvalidRequest("invalid_field", "`digest` must be the 64 lowercase hex characters the preview showed")
@@ -242,7 +247,11 @@ def approve_calls(
             except kernel.KernelError as error:
                 outcome |= {"outcome": error.key, "detail": error.detail}
             else:
-                outcome["outcome"] = "approved"
+                # A call that needs two approvers still waits after the first one.
+                if first_approval_of(run, key, user):
+                    outcome |= {"outcome": "first_approval", "detail": FIRST_OF_TWO}
+                else:
+                    outcome["outcome"] = "approved"
         outcomes.append(outcome)
     return outcomes
 

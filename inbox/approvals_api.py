@@ -64,7 +64,8 @@ class ApprovalCall(Schema):
 class ApprovalSkipped(Schema):
     """A call not approved: the kernel's refusal key (`not_pending`: decided meanwhile;
     `approval_stale`: changed, or not this call; `effects_unconfirmed`; `content_hidden`;
-    `not_found`), and its words."""
+    `not_an_approver`: an approver group owns it; `same_approver`: you gave its first approval;
+    `not_found`), or `first_approval` (recorded: the call waits for a second approver), and its words."""
 
     run: str
     task: str

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from inbox import approvals
+from inbox import approvals, owners
 from runs import failures, kernel
 from runs.models import Run, RunStatus, Task, TaskKind, TaskStatus
 from runs.permissions import behind_a_wall, can_read_content
@@ -130,6 +130,7 @@ def inbox_items(
     items.sort(key=_sort_key)
     more = len(items) > limit
     page = items[:limit]
+    owners.add_owners(user, page, shown, held, now=now)
     approvals.add_context(user, page, shown)
     _add_hold_failures(user, page, held)
     next_cursor = encode_cursor([page[-1]["since"], page[-1]["id"]]) if more and page else None
@@ -150,6 +151,7 @@ def waiting_items(user: Any, run: Run) -> list[dict[str, Any]]:
         parked_at = task.deadline_at - park if task.deadline_at and task.status == TaskStatus.NEEDS_APPROVAL else None
         items.append(_task_item(user, task, now, parked_at or task.created_at))
         shown[items[-1]["id"]] = task
+    owners.add_owners(user, items, shown, {}, now=now)
     approvals.add_context(user, items, shown)
     return items
 

@@ -71,7 +71,7 @@ CREATE_BODY = {
                     "workspace": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": SLUG_PATTERN},
                     "kinds": {
                         "type": "array",
-                        "items": {"type": "string", "enum": ["approval", "question", "hold"]},
+                        "items": {"type": "string", "enum": ["approval", "question", "hold", "deadline"]},
                         "minItems": 1,
                         "uniqueItems": True,
                     },

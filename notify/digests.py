@@ -146,7 +146,7 @@ def waits_for(sub: Subscription, *, after: datetime, until: datetime) -> tuple[l
     return waits[:LISTED_MAX], total
 
 
-def _age(now: datetime, since: datetime) -> str:
+def age_text(now: datetime, since: datetime) -> str:
     seconds = max(0, int((now - since).total_seconds()))
     if seconds < 60:
         return f"{seconds} s"
@@ -193,7 +193,7 @@ def compose(sub: Subscription, waits: list[Wait], total: int, now: datetime, *, 
         agent = f" · agent {literal(wait.run.agent_name)}" if wait.run.agent_name else ""
         task = f" · task {literal(wait.task)}" if wait.task else ""
         link = wait.link or f"{base}/runs/{wait.run.id}/"
-        lines.append(f"- {wait.kind}{agent}{task} · waiting {_age(now, wait.since)} · {link}")
+        lines.append(f"- {wait.kind}{agent}{task} · waiting {age_text(now, wait.since)} · {link}")
         if wait.words:
             lines.append(f"  {literal(wait.words[:500])}")
     if total > len(waits):

@@ -1,10 +1,11 @@
-"""Celery adapters: ids in, one call. Beat runs `notify.tasks.sweep` (CELERY_BEAT_SCHEDULE)."""
+"""Celery adapters: ids in, one call. Beat runs `notify.tasks.sweep` and `notify.tasks.sweep_deadlines`
+(CELERY_BEAT_SCHEDULE)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from notify import digests
+from notify import deadlines, digests
 from notify.delivery import DeliveryError
 from oz0site.sweeps import skipped_while_the_database_is_away
 
@@ -26,3 +27,22 @@ def deliver_digest(subscription_id: int) -> None:
 def sweep() -> None:
     with skipped_while_the_database_is_away("the notifications' sweep"):
         digests.sweep(send=deliver_digest.delay)
+
+
+@shared_task(
+    name="notify.tasks.deliver_notice",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(DeliveryError,),
+    max_retries=4,
+    retry_backoff=30,
+    retry_backoff_max=600,
+)
+def deliver_notice(notice_id: int) -> None:
+    deadlines.deliver(notice_id)
+
+
+@shared_task(name="notify.tasks.sweep_deadlines", ignore_result=True)
+def sweep_deadlines() -> None:
+    with skipped_while_the_database_is_away("the wait deadlines' sweep"):
+        deadlines.sweep(send=deliver_notice.delay)

@@ -21,6 +21,7 @@ from notify.api import router as notify_router
 from oz0agents.api import router as agents_router
 from oz0site.auth import person_auth
 from runs.api import router as runs_router
+from runs.approver_groups_api import router as approvers_router
 from runs.audit_api import router as audit_router
 from runs.executor_api.router import router as executors_router
 from runs.holds_api import router as holds_router
@@ -141,6 +142,7 @@ for router in (
     audit_router,
     schedules_router,
     walls_router,
+    approvers_router,
 ):
     api.add_router("", router)
 

@@ -191,6 +191,17 @@ OZ0_NOTIFY_SWEEP_SECONDS = env.float("OZ0_NOTIFY_SWEEP_SECONDS", default=30.0)
 OZ0_SCHEDULE_SWEEP_SECONDS = env.float("OZ0_SCHEDULE_SWEEP_SECONDS", default=10.0)
 OZ0_SCHEDULE_MIN_INTERVAL_SECONDS = env.int("OZ0_SCHEDULE_MIN_INTERVAL_SECONDS", default=60)
 OZ0_ROLLOUT_SWEEP_SECONDS = env.float("OZ0_ROLLOUT_SWEEP_SECONDS", default=60.0)
+# Waiting work's deadlines (tenancy/approvers.py, notify/deadlines.py): a pending approval, question
+# or hold reminds its owners after OZ0_WAIT_REMINDER_SECONDS and escalates after
+# OZ0_WAIT_ESCALATION_SECONDS, unless its workspace sets its own (0: that stage off); the sweep
+# looks every OZ0_DEADLINE_SWEEP_SECONDS.
+OZ0_WAIT_REMINDER_SECONDS = env.int("OZ0_WAIT_REMINDER_SECONDS", default=3600)
+OZ0_WAIT_ESCALATION_SECONDS = env.int("OZ0_WAIT_ESCALATION_SECONDS", default=4 * 3600)
+OZ0_DEADLINE_SWEEP_SECONDS = env.float("OZ0_DEADLINE_SWEEP_SECONDS", default=60.0)
+if OZ0_WAIT_REMINDER_SECONDS < 0 or OZ0_WAIT_ESCALATION_SECONDS < 0 or OZ0_DEADLINE_SWEEP_SECONDS <= 0:
+    raise ConfigurationError(
+        "OZ0_WAIT_REMINDER_SECONDS and OZ0_WAIT_ESCALATION_SECONDS must be 0 or more, the sweep's period positive"
+    )
 # A signed trigger's body (schedules/triggers.py) is refused 413 past this many bytes.
 OZ0_TRIGGER_BODY_MAX = env.int("OZ0_TRIGGER_BODY_MAX", default=256 * 1024)
 CELERY_BEAT_SCHEDULE = {
@@ -204,6 +215,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "schedules.tasks.fire_due",
         "schedule": OZ0_SCHEDULE_SWEEP_SECONDS,
         "options": {"expires": OZ0_SCHEDULE_SWEEP_SECONDS},
+    },
+    # Reminders and escalations of waiting work, each stage of each wait told once (notify.deadlines).
+    "deadlines-sweep": {
+        "task": "notify.tasks.sweep_deadlines",
+        "schedule": OZ0_DEADLINE_SWEEP_SECONDS,
+        "options": {"expires": OZ0_DEADLINE_SWEEP_SECONDS},
     },
     # Canaries that fail more than their stable version are rolled back (insights.canary).
     "rollouts-sweep": {

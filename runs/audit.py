@@ -27,8 +27,12 @@ from runs.permissions import can_read_content
 from runs.selectors import encode_cursor, invalid_cursor, keyset_position
 from tenancy.models import Workspace
 
-# The verbs the trail records, as the kernel names them; `append` is the `appended` event.
-VERBS = ("approve", "deny", "answer", "resolve", "retry", "abandon", "compact", "append", "cancel", "pause", "resume")
+# The verbs the trail records, as the kernel names them; `append` is the `appended` event. The
+# platform's own entries about waiting work (actor `oz0`): a call assigned to its approver groups
+# when it parks, a wait's owners reminded, a wait escalated (tenancy/approvers.py, notify/deadlines.py).
+PERSON_VERBS = ("approve", "deny", "answer", "resolve", "retry", "abandon", "compact", "append", "cancel", "pause", "resume")
+WAIT_VERBS = ("assign", "remind", "escalate")
+VERBS = PERSON_VERBS + WAIT_VERBS
 AUDIT_EVENTS = ("verb", "appended")
 MAX_LIMIT = 200
 FILTER_TEXT_MAX = 150  # an actor is a username (150 characters at most)
@@ -47,6 +51,7 @@ CSV_COLUMNS = (
     "edited",
     "original_args",
     "args",
+    "note",
 )
 # A cell a spreadsheet would read as a formula starts with one of these (OWASP: CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -186,7 +191,30 @@ def entry_document(user: Any, event: TraceEvent) -> dict[str, Any]:
         "edited": bool(data.get("edited")) if verb == "approve" else False,
         "original_args": data.get("original_args") if content and data.get("edited") else None,
         "args": data.get("args") if content and data.get("edited") else None,
+        "note": note(verb, data),
     }
+
+
+def note(verb: str, data: dict[str, Any]) -> str | None:
+    """What an entry says beyond its verb, in words of the platform's only (never the run's): whose
+    a call became, who was reminded or told, an approval's place among two."""
+    if verb == "assign":
+        two = " (two approvers for a call with effects)" if data.get("two_approvers") else ""
+        return f"assigned to {', '.join(f'group {g}' for g in data.get('groups') or [])}{two}"
+    if verb in ("remind", "escalate"):
+        waited = int(data.get("waited_seconds") or 0)
+        told = ", ".join(data.get("to") or [])
+        people = int(data.get("notified") or 0)
+        what = "reminded" if verb == "remind" else "escalated to"
+        return (
+            f"{data.get('kind', 'wait')} waiting {waited // 60} min, owned by {', '.join(data.get('owners') or [])}: "
+            f"{what} {told} ({people} {'person' if people == 1 else 'people'})"
+        )
+    if verb == "approve" and data.get("of") == 2:
+        if data.get("approval") == 1:
+            return "first of two approvals: the call waits for a second approver"
+        return f"second of two approvals (the first by {data.get('first_by')})"
+    return None
 
 
 def all_entries(user: Any, workspace: Workspace, filters: dict[str, Any], *, chunk: int = MAX_LIMIT) -> Iterator[dict[str, Any]]:

@@ -34,6 +34,9 @@ class AuditEntry(Schema):
     edited: bool = False
     original_args: Any = None
     args: Any = None
+    # Words of the platform's own (never the run's): whose a call became (`assign`), who was
+    # reminded or told (`remind`, `escalate`), an approval's place among two.
+    note: str | None = None
 
 
 AuditPage = Page[AuditEntry]

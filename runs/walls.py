@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
 from oz0agents.lint import NAME_MAX, NAME_PATTERN
 from runs.kernel import Conflict, InvalidRequest, NotFound
-from tenancy.models import Membership, Wall, Workspace
+from runs.settings_input import body_fields, workspace_members
+from tenancy.models import Wall, Workspace
 
 MEMBERS_MAX = 500
 WALLS_MAX = 200
@@ -54,32 +54,11 @@ def _agent(body: dict[str, Any]) -> str:
 
 
 def _members(workspace: Workspace, body: dict[str, Any]) -> list[Any]:
-    names = body.get("members")
-    if not isinstance(names, list) or not all(isinstance(name, str) and 0 < len(name) <= 150 for name in names):
-        raise InvalidRequest("invalid_members", "`members` must be a list of usernames")
-    wanted = list(dict.fromkeys(names))
-    if len(wanted) > MEMBERS_MAX:
-        raise InvalidRequest("too_many_members", f"a wall names at most {MEMBERS_MAX} members")
-    users = {u.username: u for u in get_user_model().objects.filter(username__in=wanted)}
-    members = set(Membership.objects.filter(workspace=workspace, user__in=users.values()).values_list("user_id", flat=True))
-    strangers = [name for name in wanted if name not in users or users[name].pk not in members]
-    if strangers:
-        shown = ", ".join(repr(name) for name in strangers[:5])
-        raise InvalidRequest("not_a_member", f"not members of this workspace: {shown}")
-    return [users[name] for name in wanted]
-
-
-def _fields(body: Any, *, allowed: set[str]) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise InvalidRequest("invalid_request", "the body must be a JSON object")
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise InvalidRequest("unknown_field", f"unknown fields: {', '.join(unknown[:5])}")
-    return body
+    return workspace_members(workspace, body.get("members"), most=MEMBERS_MAX, what="a wall")
 
 
 def create(*, workspace: Workspace, user: Any, body: Any) -> Wall:
-    fields = _fields(body, allowed={"agent", "members"})
+    fields = body_fields(body, allowed={"agent", "members"})
     agent, members = _agent(fields), _members(workspace, fields)
     if Wall.objects.filter(workspace=workspace).count() >= WALLS_MAX:
         raise InvalidRequest("too_many_walls", f"a workspace keeps at most {WALLS_MAX} walls")
@@ -93,7 +72,7 @@ def create(*, workspace: Workspace, user: Any, body: Any) -> Wall:
 
 
 def replace_members(*, workspace: Workspace, wall_id: int, body: Any) -> Wall:
-    fields = _fields(body, allowed={"members"})
+    fields = body_fields(body, allowed={"members"})
     with transaction.atomic():
         wall = wall_for(workspace, wall_id)
         wall.members.set(_members(workspace, fields))

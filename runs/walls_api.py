@@ -11,6 +11,7 @@ from oz0site.auth import person_auth
 from runs import selectors, walls
 from runs.api import ERRORS, body_of
 from runs.schemas import Out, Page
+from runs.settings_input import request_body
 
 router = Router(tags=["walls"])
 
@@ -29,11 +30,6 @@ AGENT = {"type": "string", "pattern": r"^[a-z][a-z0-9_.-]*$", "maxLength": 100}
 MEMBERS = {"type": "array", "maxItems": walls.MEMBERS_MAX, "items": {"type": "string", "minLength": 1, "maxLength": 150}}
 
 
-def _body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
-    schema = {"type": "object", "additionalProperties": False, "required": required, "properties": properties}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
 @router.get(
     "/workspaces/{ws}/walls",
     auth=person_auth("viewer", where="ws", rate="read"),
@@ -49,7 +45,7 @@ def list_walls(request: HttpRequest, ws: str) -> dict[str, Any]:
     "/workspaces/{ws}/walls",
     auth=person_auth("operator", where="ws", rate="write"),
     response={201: WallOut, **ERRORS},
-    openapi_extra=_body(["agent", "members"], {"agent": AGENT, "members": MEMBERS}),
+    openapi_extra=request_body(["agent", "members"], {"agent": AGENT, "members": MEMBERS}),
     summary="Wall members off from an agent's runs' words (409 wall_exists when the agent has one)",
 )
 def create_wall(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
@@ -61,7 +57,7 @@ def create_wall(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
     "/workspaces/{ws}/walls/{wall_id}",
     auth=person_auth("operator", where="ws", rate="write"),
     response={200: WallOut, **ERRORS},
-    openapi_extra=_body(["members"], {"members": MEMBERS}),
+    openapi_extra=request_body(["members"], {"members": MEMBERS}),
     summary="Replace the members behind a wall",
 )
 def change_wall(request: HttpRequest, ws: str, wall_id: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ tables keep the names they had when `runs` held these models (the move was state
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 
@@ -26,6 +27,14 @@ class Workspace(models.Model):
     # Days its finished runs' trace (the audit trail with it) and findings are kept (runs/retention.py);
     # null: the installer's OZ0_RETENTION_DAYS; 0: kept for ever.
     retention_days = models.PositiveIntegerField(null=True, blank=True)
+    # Seconds a pending approval, question or hold waits before its owners are reminded, and before
+    # it is escalated (tenancy/approvers.py); null: the installer's OZ0_WAIT_REMINDER_SECONDS and
+    # OZ0_WAIT_ESCALATION_SECONDS; 0: that stage is off.
+    reminder_seconds = models.PositiveIntegerField(null=True, blank=True)
+    escalation_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Where a wait the operators own (a question, a hold, a call no group owns) escalates to; null:
+    # the operators themselves, told it is overdue.
+    escalate_to = models.ForeignKey("tenancy.ApproverGroup", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
         db_table = "runs_workspace"
@@ -102,3 +111,27 @@ class Wall(models.Model):
 
     def __str__(self) -> str:
         return f"wall around {self.agent_name} in {self.workspace}"
+
+
+class ApproverGroup(models.Model):
+    """Who may decide a workspace's calls of some tools: a call whose tool matches one of `tools`
+    (fnmatch patterns such as `payments.*`) is decided only by the members of a group it matches
+    (any of them, when it matches several). With `two_approvers`, such a call that is not
+    replayable runs only once two different members approved it. A wait past its escalation time
+    is told to `escalate_to` (another group), or to the workspace's operators when it names none."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="approver_groups")
+    name = models.CharField(max_length=64)
+    tools = ArrayField(models.CharField(max_length=200), default=list)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="approver_groups")
+    two_approvers = models.BooleanField(default=False)
+    escalate_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="approver_group_unique_name")]
+
+    def __str__(self) -> str:
+        return f"approver group {self.name} of {self.workspace}"

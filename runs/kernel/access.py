@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from runs.kernel.errors import ContentHidden, Forbidden, NotFound
-from runs.models import Run
+from runs.kernel.errors import ContentHidden, Forbidden, NotAnApprover, NotFound
+from runs.models import Run, Task
 from runs.permissions import can_read_content
+from tenancy.approvers import OPERATORS_OWN, Owners, call_owners, may_decide
 from tenancy.permissions import has_write_standing, is_member
 
 
@@ -32,3 +33,12 @@ def require_content(user: Any, run: Run) -> None:
         return
     if not can_read_content(user, run):
         raise ContentHidden()
+
+
+def require_approver(user: Any, run: Run, task: Task) -> Owners:
+    """Whose the call is (tenancy/approvers.py), refusing a person outside the groups that own it
+    (`not_an_approver`). The kernel's own callers decide for the platform."""
+    owners = call_owners(run.workspace_id, task.spec.get("tool")) if task.kind == "tool" else OPERATORS_OWN
+    if user is not None and not may_decide(owners, user):
+        raise NotAnApprover(owners.groups)
+    return owners

@@ -50,6 +50,21 @@ class ContentHidden(KernelError):
         super().__init__("content_hidden", detail)
 
 
+class NotAnApprover(KernelError):
+    """A call an approver group owns (its tool matches the group's patterns) is decided by that
+    group's members only (tenancy/approvers.py): the body names the groups."""
+
+    status = 403
+
+    def __init__(self, groups: tuple[str, ...]) -> None:
+        named = ", ".join(groups)
+        super().__init__(
+            "not_an_approver",
+            f"this call is decided by the members of {'group' if len(groups) == 1 else 'groups'} {named}; you are not one",
+            extra={"groups": list(groups)},
+        )
+
+
 class QuotaExceeded(KernelError):
     """A workspace's quota would be passed: nothing was written. 429 for what frees itself (active
     runs finish), 403 for what does not (a run's tasks, the workspace's stored input)."""

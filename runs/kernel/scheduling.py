@@ -26,6 +26,7 @@ from runs.kernel.graph import FAILED_STATUSES, LIVE_STATUSES
 from runs.kernel.txn import Txn
 from runs.models import Edge, Run, RunStatus, Task, TaskStatus
 from runs.tools import get_tool
+from tenancy.approvers import PLATFORM_ACTOR, call_owners
 
 
 def tool_deadline(spec: Mapping[str, Any], now: datetime) -> datetime:
@@ -305,7 +306,17 @@ def approval_granted(txn: Txn, task: Task) -> bool:
         # A child run's wait says whose mode asked for a person (its own, or a parent's).
         event_data=by if "mode_of" in by else None,
     )
+    assign(txn, task)
     return False
+
+
+def assign(txn: Txn, task: Task) -> None:
+    """A parked call an approver group owns is assigned to it, in the audit trail (a `verb` event
+    the platform writes): who may decide it from now on. The operators' own calls need no entry."""
+    owners = call_owners(txn.run.workspace_id, str(task.spec.get("tool", "")))
+    if owners.by_group:
+        data = {"verb": "assign", "groups": list(owners.groups), "two_approvers": owners.two_approvers}
+        txn.event(task.key, "verb", data=data, actor=PLATFORM_ACTOR)
 
 
 def approval_holds(txn: Txn, task: Task) -> bool:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
-from runs.kernel.access import actor_name, require_content, require_write
+from runs.kernel.access import actor_name, require_approver, require_content, require_write
 from runs.kernel.approvals import call_decision, spec_digest
 from runs.kernel.candidates import repair_candidates_of
 from runs.kernel.commit import locked
@@ -32,6 +33,7 @@ from runs.kernel.scheduling import after_failure, evaluate, make_ready, release
 from runs.kernel.settling import cancel, pause, release_hold, resume
 from runs.kernel.txn import Txn
 from runs.models import Run, RunStatus, Task, TaskStatus
+from tenancy.approvers import PLATFORM_ACTOR, Owners
 from tenancy.permissions import is_member
 
 
@@ -145,11 +147,41 @@ def compact(*, run_id: Any, key: str, user: Any) -> Run:
         return txn.run
 
 
-def _pending_approval(txn: Txn, user: Any, key: str) -> Task:
+def _pending_approval(txn: Txn, user: Any, key: str) -> tuple[Task, Owners]:
+    """A call waiting for approval that this person may decide: write standing, its words readable,
+    and, when an approver group owns its tool, a member of that group (`not_an_approver`)."""
     task = _decision_task(txn, user, key)
     if task.status != TaskStatus.NEEDS_APPROVAL:
         raise Conflict("not_pending", f"task {key!r} is {task.status}, not waiting for approval")
-    return task
+    return task, require_approver(user, txn.run, task)
+
+
+def _needs_two(task: Task, owners: Owners, spec: Any, user: Any) -> bool:
+    """Whether this call runs only once two different people approved it: a group that owns it
+    asks for two approvers and the call is not replayable (it acts on the world once, for real)."""
+    return user is not None and owners.two_approvers and not call_replayable(task.kind, spec)
+
+
+def _first_of_two(txn: Txn, task: Task, user: Any, digest: str, data: dict[str, Any]) -> bool:
+    """A two-approver call's approval: the first one is recorded (on the task and in the trace) and
+    the call stays pending, True; the second, by someone else, lets it run, False. The same person
+    twice is refused (`same_approver`). Approvals count for one digest: a call edited since its
+    first approval starts over."""
+    given = [a for a in task.state.get("approvals") or [] if a.get("digest") == digest]
+    if any(a.get("user") == user.pk for a in given):
+        raise Conflict(
+            "same_approver", f"you approved {task.key} already: it runs once a second, different approver approves it too"
+        )
+    if given:
+        data.update(approval=2, of=2, first_by=given[0].get("by"))
+        return False
+    first = {"by": txn.actor, "user": user.pk, "digest": digest, "at": txn.now.isoformat()}
+    state = {**task.state, "approvals": [first]}
+    if Task.objects.filter(pk=task.pk, status=TaskStatus.NEEDS_APPROVAL).update(state=state) != 1:
+        raise Conflict("stale_task", f"task {task.key!r} is no longer needs_approval")
+    task.state = state
+    txn.event(task.key, "verb", data={**data, "approval": 1, "of": 2})
+    return True
 
 
 def _require_effects_confirmed(task: Task, spec: Any, confirm_effects: bool | None) -> None:
@@ -176,11 +208,14 @@ def approve(*, run_id: Any, key: str, user: Any, digest: Any = None, confirm_eff
     approver saw, a call that changed since answers `approval_stale` and nothing changes."""
     check_field(APPROVE_BODY, "digest", digest)
     with locked(run_id, actor_name(user)) as txn:
-        task = _pending_approval(txn, user, key)
+        task, owners = _pending_approval(txn, user, key)
         current = spec_digest(task.spec)
         _require_current(task, digest, current)
         _require_effects_confirmed(task, task.spec, confirm_effects)
-        txn.event(task.key, "verb", data={"verb": "approve", "digest": current})
+        data: dict[str, Any] = {"verb": "approve", "digest": current}
+        if _needs_two(task, owners, task.spec, user) and _first_of_two(txn, task, user, current, data):
+            return txn.run
+        txn.event(task.key, "verb", data=data)
         txn.move(task, TaskStatus.WAITING, ready=False, deadline_at=None, approved_digest=current)
         make_ready(txn, task)
         return txn.run
@@ -215,7 +250,7 @@ def approve_edited(*, run_id: Any, key: str, user: Any, digest: Any, args: Any, 
         raise InvalidRequest("invalid_field", "`digest` must be the 64 lowercase hex characters of the call you edited")
     edited = edited_call_args(args)
     with locked(run_id, actor_name(user)) as txn:
-        task = _pending_approval(txn, user, key)
+        task, owners = _pending_approval(txn, user, key)
         current = spec_digest(task.spec)
         _require_current(task, digest, current)
         if task.spec.get("native"):
@@ -224,7 +259,10 @@ def approve_edited(*, run_id: Any, key: str, user: Any, digest: Any, args: Any, 
         new_digest = spec_digest(spec)
         if new_digest == current:
             _require_effects_confirmed(task, task.spec, confirm_effects)
-            txn.event(task.key, "verb", data={"verb": "approve", "digest": current})
+            plain: dict[str, Any] = {"verb": "approve", "digest": current}
+            if _needs_two(task, owners, task.spec, user) and _first_of_two(txn, task, user, current, plain):
+                return txn.run
+            txn.event(task.key, "verb", data=plain)
             txn.move(task, TaskStatus.WAITING, ready=False, deadline_at=None, approved_digest=current)
             make_ready(txn, task)
             return txn.run
@@ -239,19 +277,26 @@ def approve_edited(*, run_id: Any, key: str, user: Any, digest: Any, args: Any, 
             rule = by.get("rule")
             raise Conflict("edit_denied_by_rule", f"a rule of this run ({rule}) denies {tool} with the edited arguments")
         original = task.spec.get("args")
-        txn.event(
-            task.key,
-            "verb",
-            data={
-                "verb": "approve",
-                "digest": new_digest,
-                "edited": True,
-                "original_digest": current,
-                "original_args": original,
-                "args": edited,
-            },
-        )
+        data = {
+            "verb": "approve",
+            "digest": new_digest,
+            "edited": True,
+            "original_digest": current,
+            "original_args": original,
+            "args": edited,
+        }
         state = {**task.state, "edited_by": txn.actor, "original_args": original}
+        if _needs_two(task, owners, spec, user):
+            # The edited call is a new call: the editor's approval is its first; a second person
+            # approves exactly these arguments (their digest) before it runs.
+            first = {"by": txn.actor, "user": user.pk, "digest": new_digest, "at": txn.now.isoformat()}
+            state["approvals"] = [first]
+            txn.event(task.key, "verb", data={**data, "approval": 1, "of": 2})
+            if Task.objects.filter(pk=task.pk, status=TaskStatus.NEEDS_APPROVAL).update(spec=spec, state=state) != 1:
+                raise Conflict("stale_task", f"task {key!r} is no longer needs_approval")
+            task.spec, task.state = spec, state
+            return txn.run
+        txn.event(task.key, "verb", data=data)
         txn.move(task, TaskStatus.WAITING, ready=False, deadline_at=None, approved_digest=new_digest, spec=spec, state=state)
         make_ready(txn, task)
         return txn.run
@@ -260,7 +305,7 @@ def approve_edited(*, run_id: Any, key: str, user: Any, digest: Any, args: Any, 
 def deny(*, run_id: Any, key: str, user: Any, reason: str) -> Run:
     check_field(REASON_BODY, "reason", reason)
     with locked(run_id, actor_name(user)) as txn:
-        task = _pending_approval(txn, user, key)
+        task, _ = _pending_approval(txn, user, key)
         # The reason is the approver's words: the trace shows it only to content readers (not structural).
         txn.event(task.key, "verb", data={"verb": "deny", "message": reason or None})
         # The model reads a denied call in the approver's words, not the tool's (F14).
@@ -345,3 +390,25 @@ def resume_run(*, run_id: Any, user: Any) -> Run:
         require_write(user, txn.run.workspace_id)
         resume(txn, {"verb": "resume"})
         return txn.run
+
+
+def note_wait(*, run_id: Any, kind: str, key: str | None, since: datetime, data: Mapping[str, Any]) -> bool:
+    """The platform's entry in the audit trail for a wait it reminded or escalated (notify/deadlines.py):
+    a `verb` event by `oz0` in the run's trace, written under the run's lock only while the wait is
+    still the one that was noticed (the same status, waiting since the same instant). False, and
+    nothing written, when it was decided, or ended, meanwhile."""
+    try:
+        with locked(run_id, PLATFORM_ACTOR) as txn:
+            if kind == "hold":
+                if txn.run.status != RunStatus.NEEDS_ATTENTION or txn.run.held_since != since:
+                    return False
+            else:
+                # An approval waits in needs_approval, a model's question in awaiting_input.
+                waiting = TaskStatus.NEEDS_APPROVAL if kind == "approval" else TaskStatus.AWAITING_INPUT
+                task = Task.objects.filter(run=txn.run, key=key or "").only("status", "queued_at").first()
+                if task is None or task.status != waiting or task.queued_at != since:
+                    return False
+            txn.event(key, "verb", data=dict(data))
+            return True
+    except NotFound:
+        return False

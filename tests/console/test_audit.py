@@ -337,6 +337,7 @@ def test_it_exports_csv_with_a_header_no_formulas_and_the_same_redaction(team: T
         "edited",
         "original_args",
         "args",
+        "note",
     ]
     assert len(body) == 12
     column = {name: i for i, name in enumerate(header)}

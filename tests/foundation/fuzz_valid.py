@@ -172,6 +172,27 @@ def wall(body: dict[str, Any], serial: int, *, create: bool) -> dict[str, Any]:
     return made
 
 
+def approver_group(body: dict[str, Any], serial: int, *, create: bool) -> dict[str, Any]:
+    """An approver group's body: a name of its own (409 otherwise), no members (the fuzz's people
+    are not named in the document), no escalation group (none exists to name)."""
+    made = {**body, "members": [], "escalate_to": None}
+    made["name"] = f"{str(body.get('name') or 'g')[:40]}-{serial}"
+    if made["name"] == "operators" or not made["name"][0].isalpha():
+        made["name"] = f"g{made['name']}"[:64]
+    return made
+
+
+def wait_deadlines(body: dict[str, Any]) -> dict[str, Any]:
+    """Deadlines whose escalation comes after the reminder (the install's defaults, 1 h and 4 h,
+    standing in for null), or is off; no escalation group (none exists to name)."""
+    made = {**body, "escalate_to": None}
+    reminder = 3600 if made.get("reminder_seconds") is None else made["reminder_seconds"]
+    escalation = 4 * 3600 if made.get("escalation_seconds") is None else made["escalation_seconds"]
+    if reminder and escalation and escalation <= reminder:
+        made["escalation_seconds"] = 0
+    return made
+
+
 def query(text: Any) -> str:
     """A findings query of valid terms, chosen by the generated text's characters."""
     seed = sum(map(ord, str(text)))

@@ -234,6 +234,13 @@ def _made_valid(case: Any, stage: Stage) -> None:
         case.body = fuzz_valid.trigger(body, next(_cases))
     elif operation in (("POST", "/workspaces/{ws}/walls"), ("PUT", "/workspaces/{ws}/walls/{wall_id}")):
         case.body = fuzz_valid.wall(body, next(_cases), create=operation[0] == "POST")
+    elif operation in (
+        ("POST", "/workspaces/{ws}/approver-groups"),
+        ("PUT", "/workspaces/{ws}/approver-groups/{group_id}"),
+    ):
+        case.body = fuzz_valid.approver_group(body, next(_cases), create=operation[0] == "POST")
+    elif operation == ("PUT", "/workspaces/{ws}/wait-deadlines"):
+        case.body = fuzz_valid.wait_deadlines(body)
     else:
         return
     _assert_fits_the_document(case)

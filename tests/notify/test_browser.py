@@ -29,7 +29,10 @@ def test_a_reader_subscribes_sees_the_secret_once_and_deletes(live_team: Team, b
     page.click("button:has-text('Subscribe')")
     page.wait_for_load_state("networkidle")
     row = Subscription.objects.get(user=live_team.users["reader"])
-    assert (row.kinds, row.interval_seconds) == (["approval", "hold", "rollback"], 1800)  # every kind but the one unticked
+    assert (row.kinds, row.interval_seconds) == (
+        ["approval", "hold", "rollback", "deadline"],
+        1800,
+    )  # every kind but the one unticked
     assert page.locator(".new-token").inner_text().strip() == row.secret
     reader.shot("notify-subscribed")
     page = reader.open("/subscriptions/", live=False)

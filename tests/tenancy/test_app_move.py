@@ -70,6 +70,10 @@ def test_it_keeps_the_tables_columns_and_constraints() -> None:
         "created_at",
         "stored_input_bytes",
         "retention_days",  # added after the move (issue 32: each workspace's retention)
+        # added after the move (issue 31 item 4: each workspace's wait deadlines)
+        "reminder_seconds",
+        "escalation_seconds",
+        "escalate_to_id",
     }
     assert {name for name, _, _ in schema["runs_membership"]["columns"]} == {"id", "workspace_id", "user_id", "role"}
     assert {name for name, _, _ in schema["runs_apitoken"]["columns"]} == {

@@ -109,6 +109,7 @@ def test_the_move_runs_no_sql_either_way() -> None:
         assert statements == [], statements
 
 
+@pytest.mark.thorough  # migrates the whole schema (from nothing, or back and forth)
 def test_it_migrates_back_to_the_schema_before_the_move_and_forward_again() -> None:
     """From the schema main had (runs at 0006, no agents app) to now and back, the tables stay
     as they are and the state moves the models between the apps."""

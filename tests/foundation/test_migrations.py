@@ -45,6 +45,7 @@ def _database_url(name: str, params: dict[str, Any]) -> str:
     return f"postgres://{user}{password}@{params.get('host') or '127.0.0.1'}:{params.get('port') or 5432}/{name}"
 
 
+@pytest.mark.thorough  # migrates the whole schema (from nothing, or back and forth)
 def test_it_moves_agents_into_the_workspaces_that_ran_them_and_hashes_await_tokens(
     scratch_database: tuple[str, dict[str, Any]],
 ) -> None:

@@ -159,3 +159,38 @@ def test_the_folders_of_harnesses_whose_worker_died_are_removed(harness_team: Te
         assert not orphan.exists() and mine.exists()  # a live worker's folder stays
     finally:
         mine.rmdir()
+
+
+@pytest.mark.spec("F7")
+def test_a_rounds_kept_folder_goes_once_its_run_ended_or_is_gone(harness_team: Team) -> None:
+    """A round's job folder is kept across its sessions (folders.py); the sweep a session start
+    makes removes those of runs that ended, or were pruned, and leaves an open run's."""
+    from oz0agents.registry import register
+    from runs import kernel
+    from runs.worker.harness import folders
+    from runs.worker.harness.sandbox import jobs_folder
+    from tests.harness.conftest import jsonl_manifest
+
+    registered = register(jsonl_manifest("kept-folders", [{"done": 1}]), workspace=harness_team.workspace)
+    opened, ended = (
+        kernel.create_run(workspace=harness_team.workspace, user=harness_team.users["operator"], body={"agent": "kept-folders"})[
+            0
+        ]
+        for _ in range(2)
+    )
+    assert registered.version.agent.name == "kept-folders"
+    kernel.cancel_run(run_id=ended.pk, user=harness_team.users["operator"], reason="done with it")
+    ended.refresh_from_db()
+    assert ended.status == "canceled"
+    kept = {
+        name: jobs_folder() / folders.folder_name(run_id, "r1")
+        for name, run_id in (("open", opened.pk), ("ended", ended.pk), ("gone", uuid.uuid4()))
+    }
+    for path in kept.values():
+        path.mkdir(exist_ok=True)
+        (path / "left").write_text("by an earlier session")
+    folders._swept = 0.0
+    assert folders.sweep() >= 2
+    assert kept["open"].exists() and not kept["ended"].exists() and not kept["gone"].exists()
+    assert folders.sweep() == 0  # at most once a minute
+    folders.remove(kept["open"].name)

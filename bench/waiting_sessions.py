@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     from runs.worker.execution import execute_session
     from runs.worker.harness.keeper import released_count
 
-    kernel.install_sender(lambda *args: None)  # the bench drives the sessions itself
+    kernel.install_sender(lambda *args, **kwargs: None)  # the bench drives the sessions itself
     workspace, user = harness.bench_team("waiting")
     manifest = {
         "name": "waiting-acp" if acp else "waiting",

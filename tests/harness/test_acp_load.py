@@ -81,14 +81,13 @@ def test_a_session_the_agent_no_longer_has_is_opened_anew(harness_team: Team) ->
 
 @pytest.mark.spec("F7", "S10")
 def test_an_agent_keeping_its_sessions_in_its_working_folder_loads_them_after_a_retry(harness_team: Team) -> None:
+    run, _, record = _crashes_once(harness_team, "acp-load-cwd", kept_in="acp-sessions")
+    [(_, first)] = _sessions(record)
+    run = _retried(harness_team, run)
+    assert (run.status, run.output) == ("completed", "done"), Task.objects.get(run=run, key="r1").error_detail
+    # The retry's session found the first one's in the round's folder, and loaded it.
+    assert _sessions(record) == [("session", first), ("load", first)]
     from runs.worker.harness.folders import folder_name
     from runs.worker.harness.sandbox import jobs_folder
 
-    run, _, record = _crashes_once(harness_team, "acp-load-cwd", kept_in="acp-sessions")
-    folder = jobs_folder() / folder_name(run.pk, "r1")
-    [(_, first)] = _sessions(record)
-    assert (folder / "acp-sessions" / first).exists()  # the round's folder outlived its session
-    run = _retried(harness_team, run)
-    assert (run.status, run.output) == ("completed", "done"), Task.objects.get(run=run, key="r1").error_detail
-    assert _sessions(record) == [("session", first), ("load", first)]
-    assert not folder.exists()  # the run ended: its round's folder is gone
+    assert not (jobs_folder() / folder_name(run.pk, "r1")).exists()  # the run ended: its round's folder is gone

@@ -70,6 +70,9 @@ T = TypeVar("T")
 MCP_SERVER = Path(__file__).with_name("acp_mcp_server.py")
 # How often an active conversation looks whether its session must stop (a cancel, the deadline).
 WATCH_SECONDS = 0.05
+# The most calls of one agent whose database work runs at once, each in a thread of its own (the
+# others wait their turn): an agent cannot make the worker start threads without end.
+CALLS_AT_ONCE = 8
 # The most message text an agent may stream as the round's output (a JSON-lines `done` line's cap).
 OUTPUT_MAX = LINE_MAX
 
@@ -103,6 +106,7 @@ class Conversation:
         self.released = False
         self.answered: asyncio.Future[None] | None = None
         self.attention: asyncio.Event | None = None
+        self.calls_at_once: asyncio.Semaphore | None = None
         self.canceled = False  # a call was stopped by a cancel
         self.job_ended = False  # oz.fail ended the job
         self.finished = False  # the conversation ended: a released call is not taken up again
@@ -144,6 +148,11 @@ class Conversation:
         """Run a call's database work in a thread of its own. Waiting on a person past the park clock
         it is released (when it is the only call in flight): its thread ends, the session's is let
         go, and it waits here, holding none, until the keeper gives it one again; then its answer."""
+        assert self.calls_at_once is not None
+        async with self.calls_at_once:
+            return await self._call(work)
+
+    async def _call(self, work: Callable[[], T]) -> T:
         self.inflight += 1
         self.session.releases = self.inflight == 1
         try:
@@ -166,6 +175,7 @@ class Conversation:
     async def _converse(self) -> Any:
         self.task = asyncio.current_task()
         self.attention = asyncio.Event()
+        self.calls_at_once = asyncio.Semaphore(CALLS_AT_ONCE)
         try:
             os.unlink(self.socket_path)  # a socket an earlier session of the round left in its kept folder
         except FileNotFoundError:
@@ -174,7 +184,14 @@ class Conversation:
             server = await asyncio.start_unix_server(self._serve_calls, path=self.socket_path, limit=LINE_MAX + 1)
         except OSError as error:
             raise HarnessUnavailable(f"the oz0 MCP server's socket cannot be opened: {error.strerror or error}") from None
-        os.chmod(self.socket_path, 0o666)  # the harness user connects; its folder is the user's alone
+        try:
+            # The harness user connects; its folder is the user's alone. Never through a link: the
+            # folder is kept across sessions, and what a process of an earlier one put there is not
+            # followed (a symlink in its place fails the session instead).
+            os.chmod(self.socket_path, 0o666, follow_symlinks=False)
+        except (OSError, NotImplementedError):
+            server.close()
+            raise HarnessUnavailable("the oz0 MCP server's socket was replaced in the job's folder") from None
         try:
             return await self._talk()
         finally:

@@ -8,7 +8,7 @@ sessions under its working folder can then load the earlier session (`session/lo
 program may pick up its own files. It is removed once the round needs it no more: when a
 session's report completes the round or ends its run (`tidy`), and otherwise, at the next session
 this worker starts (at most once a minute), when its run has ended or is gone (pruned by
-retention, OZ0_RETENTION_DAYS). A session of the round on another machine starts with a folder of
+retention, OZ0_RETENTION_DAYS), or when no session touched it for KEEP_SECONDS (a week). A session of the round on another machine starts with a folder of
 its own there, empty: the folder is the machine's, not the run's.
 """
 
@@ -30,6 +30,9 @@ from runs.worker.harness.sandbox import JOBS, SandboxUnavailable, jobs_folder
 log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 60.0
+# A kept folder no session touched for this long goes even while its run is open (a run left
+# waiting on a person for a week starts its next session with an empty folder).
+KEEP_SECONDS = 7 * 24 * 3600.0
 _swept = 0.0
 _sweep_lock = threading.Lock()
 NAME = re.compile(r"^([0-9a-f]{32})-([A-Za-z0-9_.]{1,31})$")
@@ -83,10 +86,18 @@ def sweep(now: float | None = None) -> int:
         .values_list("pk", flat=True)
     }
     removed = 0
+    stale = time.time() - KEEP_SECONDS
     for run_id, kept in by_run.items():
-        if run_id in open_runs:
-            continue
         for name in kept:
+            if run_id in open_runs and not _untouched_since(name, stale):
+                continue
             remove(name)
             removed += 1
     return removed
+
+
+def _untouched_since(name: str, when: float) -> bool:
+    try:
+        return os.lstat(jobs_folder() / name).st_mtime < when
+    except (OSError, SandboxUnavailable):
+        return False

@@ -1,13 +1,14 @@
-"""`python -m bench.waiting_sessions [N]` (issue 29: waits hold nothing): N JSON-lines sessions waiting
-on a person at once in one session-worker process, and what they hold there: threads, the
-process's memory (RSS) and its harness processes', database connections; then the answers, and
-how long the N sessions take to finish.
+"""`python -m bench.waiting_sessions [N] [--acp]` (issue 29: waits hold nothing): N JSON-lines sessions
+(with `--acp`, ACP agents) waiting on a person at once in one session-worker process, and what they
+hold there: threads, the process's memory (RSS) and its harness processes', database connections;
+then the answers, and how long the N sessions take to finish.
 
 The process plays the session worker: a pool of OZ0_SESSION_SLOTS threads runs `execute_session`
 for each run, as Celery's thread pool would; each session asks (`oz.ask`) and, past the park clock
 (0.2 s here), is released to the keeper and gives its thread back. The harness is a shell script
-(bench/waiting_program.sh) confined as every harness is, so the figures are oz0's, not a
-framework's. It runs on a database of its own (`<name>_bench`, or OZ0_BENCH_DATABASE_URL).
+(bench/waiting_program.sh; with `--acp`, bench/waiting_acp_agent.sh, an ACP agent asking permission
+for a tool of its own, which a person approves) confined as every harness is, so the figures are
+oz0's, not a framework's. It runs on a database of its own (`<name>_bench`, or OZ0_BENCH_DATABASE_URL).
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ def descendants(pid: int) -> list[int]:
 def main(argv: list[str]) -> int:
     from bench import harness
 
+    acp = "--acp" in argv
+    argv = [a for a in argv if a != "--acp"]
     n = int(argv[0]) if argv else 1000
     env = harness.prepare_environment()
     harness.ensure_database(env.database_url)
     programs = Path(tempfile.mkdtemp(prefix="oz0-bench-programs-")) / "programs.yaml"
-    programs.write_text(f"waiting: [sh, {HERE / 'waiting_program.sh'}]\n")
+    programs.write_text(f"waiting: [sh, {HERE / 'waiting_program.sh'}]\nwaiting-acp: [sh, {HERE / 'waiting_acp_agent.sh'}]\n")
     os.environ.update({"OZ0_HARNESS_PROGRAMS": str(programs), "OZ0_HARNESS_PROCESSES": "0"})
     harness.setup_django()
     from django.conf import settings
@@ -67,14 +70,15 @@ def main(argv: list[str]) -> int:
     from runs.worker.execution import execute_session
     from runs.worker.harness.keeper import released_count
 
-    kernel.install_sender(lambda *args: None)  # the bench drives the sessions itself
+    kernel.install_sender(lambda *args, **kwargs: None)  # the bench drives the sessions itself
     workspace, user = harness.bench_team("waiting")
     manifest = {
-        "name": "waiting",
+        "name": "waiting-acp" if acp else "waiting",
         "instructions": "Ask, then end.",
-        "harness": {"jsonl": {"program": "waiting"}},
+        "harness": {"acp": {"program": "waiting-acp"}} if acp else {"jsonl": {"program": "waiting"}},
         "tools": ["oz.ask"],
         "failures": [],
+        "approval": {"mode": "ask"},
     }
     registered = register(json.dumps(manifest), workspace=workspace)
     database = harness.database_name(env.database_url)
@@ -117,7 +121,10 @@ def main(argv: list[str]) -> int:
     harness.say(f"{n} sessions waiting: {waiting}")
     started = time.monotonic()
     for run in runs:
-        kernel.answer(run_id=run.pk, key="r1.1", user=user, value="yes")
+        if acp:
+            kernel.approve(run_id=run.pk, key="r1.1", user=user)
+        else:
+            kernel.answer(run_id=run.pk, key="r1.1", user=user, value="yes")
     harness.wait_until(
         lambda: Run.objects.filter(pk__in=[r.pk for r in runs], status="completed").count() == n,
         timeout=1800,
@@ -126,7 +133,14 @@ def main(argv: list[str]) -> int:
     )
     answered = round(time.monotonic() - started, 1)
     after = snapshot()
-    result = {"sessions": n, "before": before, "waiting": waiting, "seconds_answer_to_all_completed": answered, "after": after}
+    result = {
+        "harness": "acp" if acp else "jsonl",
+        "sessions": n,
+        "before": before,
+        "waiting": waiting,
+        "seconds_answer_to_all_completed": answered,
+        "after": after,
+    }
     print(json.dumps(result, indent=2))
     return 0
 

@@ -79,7 +79,8 @@ def _expire_claim(txn: Txn, task: Task) -> None:
             # A harnessed session that made non-replayable calls: started over it would make them again.
             made = nonreplayable_calls(task)
             data["nonreplayable_calls"] = made
-            listed = ", ".join(f"{c['key']} ({c['tool']})" for c in made)
+            # Each with its status: one still in a person's hands has not run (yet), and says so.
+            listed = ", ".join(f"{c['key']} ({c['tool']}, {c['status']})" for c in made)
             error = ("round_uncertain", f"the session worker stopped after the round made non-replayable calls: {listed}")
         txn.event(task.key, "claim_expired", data=data)
         txn.move(task, TaskStatus.UNCERTAIN, error=error, claim=None, finished_at=txn.now)

@@ -1,7 +1,9 @@
 """An ACP agent the tests script through the environment (OZ0_TEST_SCRIPT: a JSON list of steps,
 a step with `once: PATH` taken only while PATH does not exist, which it then creates;
-OZ0_TEST_RECORD: a file where it notes what happened, with times). It finds oz0's tools on the MCP
-server named `oz0` that its session was opened with, as any ACP agent would."""
+OZ0_TEST_RECORD: a file where it notes what happened, with times; OZ0_TEST_ACP_SESSIONS: a folder,
+relative to its working folder or not, where it keeps its sessions and offers `session/load`). It
+finds oz0's tools on the MCP server named `oz0` that its session was opened with, as any ACP agent
+would."""
 
 import asyncio
 import json
@@ -51,6 +53,7 @@ class ScriptedAgent:
         self.servers = {server.name: server for server in mcp_servers or []}
         session_id = f"s-{uuid.uuid4().hex[:8]}" if SESSIONS else "s1"
         if SESSIONS:
+            os.makedirs(SESSIONS, exist_ok=True)
             with open(os.path.join(SESSIONS, session_id), "w") as stored:
                 stored.write("an earlier turn")
         note(event="session", servers=sorted(self.servers), id=session_id)
@@ -103,6 +106,10 @@ class ScriptedAgent:
                             ],
                         )
                     )
+                    if "flood" in step:  # message text while it waits for the answer, far past an output's cap
+                        await asyncio.sleep(step.get("flood_after", 0))
+                        for _ in range(step["flood"] // 65536):
+                            await self.conn.session_update(session_id, acp.update_agent_message_text("x" * 65536))
                     waiter = asyncio.ensure_future(self.canceled.wait())
                     await asyncio.wait([asked, waiter], return_when=asyncio.FIRST_COMPLETED)
                     if self.canceled.is_set():

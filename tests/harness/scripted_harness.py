@@ -57,6 +57,15 @@ for step in json.loads(os.environ.get("OZ0_TEST_SCRIPT", "[]")):
     elif "raw" in step:
         sys.stdout.write(step["raw"] + "\n")
         sys.stdout.flush()
+    elif "send" in step:  # a call whose answer it does not wait for
+        send({"type": "call", "id": "s", "tool": step["send"], "args": step.get("args", {})})
+    elif "sleep" in step:
+        time.sleep(step["sleep"])
+    elif "flood" in step:  # lines of output oz0 did not ask for, `flood` bytes of them
+        line = json.dumps({"type": "usage", "usage": {}, "pad": "x" * 4000}) + "\n"
+        for _ in range(step["flood"] // len(line) + 1):
+            sys.stdout.write(line)
+        sys.stdout.flush()
     elif "wait" in step:
         last = receive()  # a cancel, or the end of input
         if step.get("ignore_cancel"):

@@ -58,7 +58,7 @@ def test_a_session_that_made_a_non_replayable_call_goes_uncertain_when_its_worke
     _worker_dies(run)
     r1 = Task.objects.get(run=run, key="r1")
     assert (r1.status, r1.error_key) == ("uncertain", "round_uncertain"), r1.error_detail
-    assert "r1.1 (test.effect)" in r1.error_detail and r1.claim is None
+    assert "r1.1 (test.effect, completed)" in r1.error_detail and r1.claim is None
     expired = TraceEvent.objects.get(run=run, task_key="r1", event="claim_expired")
     assert expired.data["replayed"] is False
     assert expired.data["nonreplayable_calls"] == [{"key": "r1.1", "tool": "test.effect", "status": "completed"}]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -25,6 +26,8 @@ from oz0agents.registry import register
 from runs import kernel
 from runs.models import Run, Task, TraceEvent
 from runs.worker.execution import execute_session
+from runs.worker.harness.base import HarnessProtocolError
+from runs.worker.harness.channel import READ_CHUNK, UNREAD_MAX
 from runs.worker.harness.keeper import keeper
 from tests.conftest import Team, wait_for
 from tests.harness.conftest import harness_manifest, jsonl_manifest, record_path, records
@@ -42,8 +45,7 @@ def releasing(harness_team: Team, settings: Any) -> Iterator[Team]:
     for claim in list(keeper().sessions):
         left = keeper().drop(claim)
         if left is not None:
-            left.channel.kill()
-            left.channel.close()
+            left.stop()
     keeper().database.submit(lambda: connection.close()).result(timeout=SLOW)
 
 
@@ -84,7 +86,7 @@ def _released(run: Run) -> Task:
     r1 = Task.objects.get(run=run, key="r1")
     assert r1.status == "running" and r1.claim is not None, (r1.status, r1.error_detail)
     assert r1.state["released"]["on"] == "r1.1"
-    assert Task.objects.get(run=run, key="r1.1").status == "awaiting_input"
+    assert Task.objects.get(run=run, key="r1.1").status in ("awaiting_input", "needs_approval")
     return r1
 
 
@@ -111,6 +113,12 @@ def _finished(run: Run) -> Run:
     )
     run.refresh_from_db()
     return run
+
+
+def _round_ended(run: Run) -> Task:
+    return wait_for(
+        lambda: Task.objects.filter(run=run, key="r1").exclude(status="running").first(), timeout=SLOW, message="the round's end"
+    )
 
 
 def _events(run: Run) -> list[tuple[str, Any]]:
@@ -262,3 +270,130 @@ def test_an_agents_sdk_agent_asking_from_inside_a_function_tool_is_released_and_
     run = _finished(run)
     assert run.status == "completed" and "oz0" in str(run.output), Task.objects.get(run=run, key="r1").error_detail
     assert [event for event, _ in _events(run)] == ["session_released", "session_reattached"]
+
+
+def _start_acp(team: Team, name: str, script: list[dict[str, Any]], **kwargs: Any) -> Run:
+    record = kwargs.pop("record", None)
+    env = {"OZ0_TEST_SCRIPT": json.dumps(script), **({"OZ0_TEST_RECORD": str(record)} if record else {})}
+    registered = register(
+        harness_manifest(name, {"acp": {"program": "acp-scripted", "env": env}}, **kwargs), workspace=team.workspace
+    )
+    run, _ = kernel.create_run(
+        workspace=team.workspace, user=team.users["operator"], body={"agent": registered.version.agent.name}
+    )
+    return run
+
+
+PERMISSION = {"kind": "execute", "title": "Ship 1.2", "raw_input": {"command": "ship 1.2"}}
+
+
+@pytest.mark.spec("F7", "S5")
+def test_waiting_acp_sessions_hold_no_thread_nor_slot_and_the_decision_completes_each(releasing: Team) -> None:
+    """An ACP agent waiting on a person (its own permission request, or `ask` on the `oz0` MCP
+    server) is released as a JSON-lines one is: its conversation waits on the keeper's loop."""
+    before = set(_threads())
+    asks = _start_acp(releasing, "rel-acp-ask", [{"tool": "ask", "args": {"question": "Ship it?"}}, {"say": "$last"}])
+    permissions = [
+        _start_acp(releasing, "rel-acp-permission", [{"permission": PERMISSION}, {"say": "$last"}], approval="ask")
+        for _ in range(3)
+    ]
+    for run in (asks, *permissions):
+        session = SessionThread(run)
+        session.join()
+        assert session.took is True
+        r1 = Task.objects.get(run=run, key="r1")
+        assert r1.status == "running" and r1.state["released"]["on"] == "r1.1", (r1.status, r1.error_detail)
+    # Four conversations wait in a workspace of two slots, holding none, and no thread each.
+    assert kernel.running_sessions(releasing.workspace.pk) == 0
+    wait_for(lambda: set(_threads()) <= before, timeout=SLOW, message="threads given back")
+    assert len(keeper().sessions) == 4 and len(_threads(of_keeper=True)) == 2
+    _answer(releasing, asks, "yes")
+    for run in permissions:
+        kernel.approve(run_id=run.pk, key="r1.1", user=releasing.users["operator"])
+    asks = _finished(asks)
+    assert (asks.status, asks.output) == ("completed", "yes"), Task.objects.get(run=asks, key="r1").error_detail
+    for run in permissions:
+        run = _finished(run)
+        assert run.status == "completed", Task.objects.get(run=run, key="r1").error_detail
+        assert json.loads(run.output) == {"outcome": {"outcome": "selected", "optionId": "once"}}
+        assert _events(run) == [("session_released", {"on": "r1.1"}), ("session_reattached", {})]
+    wait_for(lambda: set(_threads()) <= before, timeout=SLOW, message="the resumed sessions' threads ended")
+
+
+@pytest.mark.spec("F7", "F1", "S29")
+def test_a_cancel_reaches_a_released_acp_agent_and_ends_the_run(releasing: Team) -> None:
+    record = record_path()
+    run = _start_acp(releasing, "rel-acp-cancel", [{"permission": PERMISSION}, {"say": "$last"}], approval="ask", record=record)
+    _released(run)
+    kernel.cancel_run(run_id=run.pk, user=releasing.users["operator"], reason="stop")
+    run = _finished(run)
+    assert run.status == "canceled" and Task.objects.get(run=run, key="r1").status == "canceled"
+    assert [n["event"] for n in records(record) if n["event"] == "cancel"] == ["cancel"]  # session/cancel reached it
+
+
+@pytest.mark.spec("F7", "S10")
+def test_an_acp_session_lost_while_released_loses_no_run_and_asks_no_second_time(releasing: Team, settings: Any) -> None:
+    """Its `ask` is no call with an effect: the lease sweep queues the round again (a permission
+    waiting would make it `uncertain`, tests/harness/test_released_live.py)."""
+    run = _start_acp(releasing, "rel-acp-lost", [{"tool": "ask", "args": {"question": "Ship it?"}}, {"say": "$last"}])
+    r1 = _released(run)
+    lost = keeper().drop(str(r1.claim))
+    assert lost is not None
+    lost.stop()
+    later = timezone.now() + timedelta(seconds=float(settings.OZ0_LEASE_SECONDS) + 5)
+    assert kernel.sweep_expired_claims(later) >= 1
+    _released(run)  # the new session's ask waits on the same r1.1
+    _answer(releasing, run, "after the loss")
+    run = _finished(run)
+    assert (run.status, run.output) == ("completed", "after the loss"), Task.objects.get(run=run, key="r1").error_detail
+    assert list(Task.objects.filter(run=run, key__startswith="r1.").values_list("key", flat=True)) == ["r1.1"]
+
+
+@pytest.mark.spec("F7", "F9")
+def test_a_released_harness_that_floods_its_output_is_ended_typed_before_any_decision(releasing: Team) -> None:
+    """A released session's unread output is capped (UNREAD_MAX): a JSON-lines program writing on
+    while it waits is ended at once, `harness_protocol_error`, its call still the person's."""
+    script = [{"send": "oz.ask", "args": {"question": "Ship it?"}}, {"sleep": 2.0}, {"flood": 3 * UNREAD_MAX}, {"wait": True}]
+    run = _start(releasing, "rel-flood", script)
+    _released(run)
+    r1 = _round_ended(run)
+    assert (r1.status, r1.error_key) == ("failed", "harness_protocol_error") and "2,097,152 bytes" in r1.error_detail
+    assert Task.objects.get(run=run, key="r1.1").status == "awaiting_input"  # the person's, for a retry to wait on
+    assert "released" not in r1.state and not keeper().sessions
+
+
+@pytest.mark.spec("F7", "F9")
+def test_a_released_acp_agent_that_floods_its_message_is_ended_typed(releasing: Team) -> None:
+    """Released while its permission waits, the agent streams message text far past an output's cap
+    (OUTPUT_MAX): the conversation keeps none of it past the cap and is ended at once, typed."""
+    flooding = {"permission": PERMISSION, "flood_after": 1.0, "flood": 3 * UNREAD_MAX}
+    run = _start_acp(releasing, "rel-acp-flood", [flooding, {"say": "$last"}], approval="ask")
+    _released(run)
+    r1 = _round_ended(run)
+    assert (r1.status, r1.error_key) == ("failed", "harness_protocol_error"), r1.error_detail
+    assert "message text" in r1.error_detail and not keeper().sessions
+
+
+@pytest.mark.spec("F7", "F9")
+def test_a_channel_keeps_at_most_its_cap_of_unread_output(tmp_path: Any) -> None:
+    """The keeper's reads of a flooding process: what the channel keeps stays under the cap, and
+    once past it the channel reads no more and holds the typed failure."""
+    import sys
+
+    from runs.worker.harness.channel import Channel
+    from runs.worker.harness.sandbox import Confined
+
+    flood = "import sys\nline = b'{\"type\":\"usage\"}' + b' ' * 1000 + b'\\n'\nwhile True: sys.stdout.buffer.write(line)"
+    channel = Channel.spawn(Confined([sys.executable, "-c", flood], {}, tmp_path))
+    try:
+        deadline = time.monotonic() + SLOW
+        while channel.out_fd in channel.open_fds and time.monotonic() < deadline:
+            channel.read_ready(channel.out_fd)
+            assert channel._unread <= UNREAD_MAX + READ_CHUNK
+        assert channel.out_fd not in channel.open_fds
+        error = channel.ended_early()
+        assert isinstance(error, HarnessProtocolError) and error.key == "harness_protocol_error"
+        assert sum(len(line) for line in channel.lines if isinstance(line, bytes)) <= UNREAD_MAX + READ_CHUNK
+    finally:
+        channel.kill()
+        channel.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,39 @@ def test_the_folders_of_harnesses_whose_worker_died_are_removed(harness_team: Te
         assert not orphan.exists() and mine.exists()  # a live worker's folder stays
     finally:
         mine.rmdir()
+
+
+@pytest.mark.spec("F7")
+def test_a_rounds_kept_folder_goes_once_its_run_ended_or_is_gone(harness_team: Team) -> None:
+    """A round's job folder is kept across its sessions (folders.py); the sweep a session start
+    makes removes those of runs that ended, or were pruned, and an open run's no session touched
+    for a week, and leaves the others."""
+    from oz0agents.registry import register
+    from runs import kernel
+    from runs.worker.harness import folders
+    from runs.worker.harness.sandbox import jobs_folder
+    from tests.harness.conftest import jsonl_manifest
+
+    registered = register(jsonl_manifest("kept-folders", [{"done": 1}]), workspace=harness_team.workspace)
+    opened, ended = (
+        kernel.create_run(workspace=harness_team.workspace, user=harness_team.users["operator"], body={"agent": "kept-folders"})[
+            0
+        ]
+        for _ in range(2)
+    )
+    assert registered.version.agent.name == "kept-folders"
+    kernel.cancel_run(run_id=ended.pk, user=harness_team.users["operator"], reason="done with it")
+    ended.refresh_from_db()
+    assert ended.status == "canceled"
+    named = (("open", opened.pk, "r1"), ("stale", opened.pk, "r2"), ("ended", ended.pk, "r1"), ("gone", uuid.uuid4(), "r1"))
+    kept = {name: jobs_folder() / folders.folder_name(run_id, key) for name, run_id, key in named}
+    for path in kept.values():
+        path.mkdir(exist_ok=True)
+        (path / "left").write_text("by an earlier session")
+    week_ago = time.time() - folders.KEEP_SECONDS - 60
+    os.utime(kept["stale"], (week_ago, week_ago))  # an open run's folder no session touched for a week
+    folders._swept = 0.0
+    assert folders.sweep() >= 3
+    assert kept["open"].exists() and not any(kept[name].exists() for name in ("stale", "ended", "gone"))
+    assert folders.sweep() == 0  # at most once a minute
+    folders.remove(kept["open"].name)

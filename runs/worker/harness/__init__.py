@@ -20,6 +20,7 @@ from oz0agents.code_version import code_digest
 from runs import kernel
 from runs.kernel import Claimed, KernelError, check_storable, round_timeout_seconds
 from runs.models import Run, Task, TaskStatus
+from runs.worker.harness import folders
 from runs.worker.harness.base import (
     HarnessCanceled,
     HarnessError,
@@ -73,7 +74,19 @@ def run_harnessed_round(claimed: Claimed, cancel: threading.Event) -> None:
 
 def finish_round(session: HarnessSession, seconds: float, body: Callable[[], Any]) -> None:
     """Drive the session (`body`: from its start, or on from a release) and report how it ended;
-    `seconds` is the round's deadline, counted from its start (`session.deadline`)."""
+    `seconds` is the round's deadline, counted from its start (`session.deadline`). Then its
+    round's kept folder goes, if the round needs it no more (folders.py)."""
+    try:
+        _finish_round(session, seconds, body)
+    finally:
+        if session.job_folder:
+            try:
+                folders.tidy(session.run.pk, session.task.pk, session.job_folder)
+            except Exception as error:  # noqa: BLE001 - the folder stays for the sweep; the report stands
+                log.warning("task %s: its job folder was not tidied: %s", session.task.pk, error)
+
+
+def _finish_round(session: HarnessSession, seconds: float, body: Callable[[], Any]) -> None:
     claimed, cancel = session.claimed, session.cancel
     deadline = threading.Timer(max(0.0, session.deadline - time.monotonic()), session.expire)
     deadline.daemon = True

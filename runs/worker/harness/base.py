@@ -181,6 +181,8 @@ class HarnessSession:
     # Whether the session can be released while it waits on a person (its thread given back, its
     # process kept by the keeper): JSON-lines processes, when they cannot be parked.
     releases: bool = False
+    # The name of the round's kept job folder (runs/worker/harness/folders.py), once confined.
+    job_folder: str = ""
     # When the round's deadline passes (time.monotonic()), kept across a release.
     deadline: float = float("inf")
     timeout_seconds: float = 0.0

@@ -29,6 +29,11 @@ from runs.worker.harness.base import (
 from runs.worker.harness.sandbox import Confined
 
 LINE_MAX = 1024 * 1024
+# The most a harness's stdout may hold that oz0 has not read yet (lines waiting in the channel).
+# A session driven by a thread reads each line as it comes; a released one (waiting on a person,
+# its pipes read by the keeper) reads nothing until the answer, so a harness writing on meanwhile
+# would fill the worker's memory: past this cap it is ended, `harness_protocol_error`.
+UNREAD_MAX = 2 * LINE_MAX
 STDERR_BUFFER = 64 * 1024
 CANCEL_GRACE_SECONDS = 1.0
 TERM_GRACE_SECONDS = 2.0
@@ -57,6 +62,7 @@ class Channel:
         self.process = process
         self.confined = confined
         self.lines: deque[Any] = deque()
+        self._unread = 0  # the bytes of the lines in `lines`
         self._partial = bytearray()
         self._stderr = bytearray()
         self._closed = False
@@ -129,16 +135,41 @@ class Channel:
                 return
             if line.strip():
                 self.lines.append(line)
+                self._unread += len(line)
+                if self._unread > UNREAD_MAX:
+                    self._flooded()
+                    return
 
     def _too_long(self) -> None:
         self.lines.append(HarnessProtocolError(f"the harness sent a line longer than {LINE_MAX:,} bytes"))
         self._partial.clear()
         self._drop(self.out_fd)
 
+    def _flooded(self) -> None:
+        self.lines.append(
+            HarnessProtocolError(
+                f"the harness wrote more than {UNREAD_MAX:,} bytes on stdout that oz0 had not read yet "
+                "(while it waited on a person's answer): it is ended"
+            )
+        )
+        self._partial.clear()
+        self._drop(self.out_fd)
+
+    def ended_early(self) -> HarnessError | None:
+        """What ended a released session's harness before the answer it waits for could be sent:
+        a protocol error it caused (a line too long, its output flooded) or its output closed."""
+        for item in self.lines:
+            if isinstance(item, HarnessError):
+                return item
+            if item is _EOF:
+                return self._crashed("closed its output while it waited on a person's answer")
+        return None
+
     def _ended(self, fd: int) -> None:
         if fd == self.out_fd and fd in self.open_fds:
             if self._partial.strip():
                 self.lines.append(bytes(self._partial))
+                self._unread += len(self._partial)
             self._partial.clear()
             self.lines.append(_EOF)
         self._drop(fd)
@@ -187,6 +218,8 @@ class Channel:
                 self.pump(0.05)
                 continue
             item = self.lines.popleft()
+            if isinstance(item, bytes):
+                self._unread -= len(item)
             if item is _EOF:
                 raise self._crashed("closed its output before `done`")
             if isinstance(item, HarnessError):

@@ -14,12 +14,13 @@ Version 2 (`protocol: 2` in the manifest, and the framework bridges) adds the ro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from oz0agents.harness_programs import ProgramsFileError, program, program_argv
+from runs.worker.harness import folders
 from runs.worker.harness.base import (
     HarnessCanceled,
     HarnessError,
@@ -76,12 +77,15 @@ def spoken_protocol(session: HarnessSession) -> int:
 
 
 def confined(session: HarnessSession, argv: Sequence[str], env: Mapping[str, str], reads: Iterable[Path]) -> Confined:
-    """The harness process's confinement; a machine that cannot confine it is `harness_unavailable`."""
+    """The harness process's confinement, in its round's kept folder (folders.py: a session of the
+    round started again finds what the earlier ones left); a machine that cannot confine it is
+    `harness_unavailable`."""
+    folders.sweep()
+    session.job_folder = folders.folder_name(session.run.pk, session.task.key)
     try:
-        # The folder's name says whose it is, short enough for a unix socket's path inside it.
-        label = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{str(session.run.pk)[:8]}-{session.task.key}")[:32]
-        return confine(argv, {"PYTHONUNBUFFERED": "1", **env}, reads=reads, label=label)
+        return confine(argv, {"PYTHONUNBUFFERED": "1", **env}, reads=reads, folder=session.job_folder)
     except SandboxUnavailable as error:
+        session.job_folder = ""
         raise HarnessUnavailable(f"the harness cannot be confined here: {error}") from None
 
 
@@ -114,6 +118,10 @@ def drive(session: HarnessSession, channel: Channel, protocol: int, pending: tup
             channel.send(session.start_message(protocol))
         else:
             call_id = pending[0]
+            # Ended while it was released (its output closed, or flooded): reported as it ended.
+            early = channel.ended_early()
+            if early is not None:
+                raise early
             channel.send(session.answer(pending[1]).as_message(call_id))
         while True:
             message = channel.receive(session)
@@ -149,7 +157,17 @@ def drive(session: HarnessSession, channel: Channel, protocol: int, pending: tup
 
         # The process and its pipes go to the keeper's loop; this thread goes back to its worker.
         released = True
-        keeper().take(Released(session, channel, protocol, call_id=call_id, key=waiting.key, waited=waiting.waited))
+        pending = (call_id, waiting.key)
+        keeper().take(
+            Released(
+                session,
+                key=waiting.key,
+                waited=waiting.waited,
+                resume=partial(drive, session, channel, protocol, pending),
+                stop=partial(_stop, channel),
+                channel=channel,
+            )
+        )
         raise
     except HarnessParked:
         channel.kill()  # it waits on the call it was parked on; its state is stored
@@ -169,6 +187,11 @@ def drive(session: HarnessSession, channel: Channel, protocol: int, pending: tup
             # Closed first: the stderr kept is all the process wrote, up to its end.
             channel.close()
             session.stderr = channel.stderr_text()
+
+
+def _stop(channel: Channel) -> None:
+    channel.kill()
+    channel.close()
 
 
 def _journal_message(session: HarnessSession, message: Mapping[str, Any]) -> None:

@@ -1,10 +1,11 @@
 """The keeper (issue 29: waits hold nothing): one asyncio event loop per session-worker process that
-holds the JSON-lines sessions waiting on a person, released from their threads.
+holds the sessions waiting on a person, released from their threads.
 
 A session whose wait on a person outlasts OZ0_SESSION_PARK_SECONDS and that cannot be parked
-(a JSON-lines process keeps its state in memory) is released (`kernel.round_release`): its thread
-unwinds and goes back to the worker, and its process, with its pipes, is handed here. The loop
-reads the pipes of every released session (`Channel.read_ready`, no thread each), and a tick
+(a JSON-lines process, an ACP agent: their state is in their process's memory) is released
+(`kernel.round_release`): its thread unwinds and goes back to the worker, and its process is
+handed here. The loop reads the pipes of every released JSON-lines session (`Channel.read_ready`,
+no thread each); an ACP session's conversation is served by this loop all along (acp.py). A tick
 asks the database, for all of them at once on one connection (`kernel.heartbeat_many`,
 `kernel.call_states`): their claims are renewed, a cancel or a lost claim is seen, and a call
 that was decided is noticed. A decided session takes a session slot again
@@ -12,6 +13,10 @@ that was decided is noticed. A decided session takes a session slot again
 drives it on from the answer (`finish_round`, as a session's own thread would). A cancel or a
 lost claim gives it a thread at once, to stop its process and report. The round's deadline stops
 while it is released (time released is not running time, as time parked is not).
+
+A released session whose process floods its output (more than the channel keeps unread,
+`UNREAD_MAX`) or ends is given a thread at once, without a slot, to report its failure: its
+buffer never grows past the cap, and nothing waits for a decision to notice.
 
 A session worker lost while its sessions wait loses no run: their processes end with it (their
 stdin closes), their claims stop being renewed, and the lease sweep queues each round again, its
@@ -22,9 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import threading
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -47,14 +55,16 @@ POLL_SECONDS = 0.25
 
 @dataclass
 class Released:
-    """A session waiting on the call `key` (task `waited`), its JSON-lines call `call_id`."""
+    """A session waiting on the call `key` (task `waited`). `resume` drives it on from the answer,
+    in the thread it is given again, to its end (its output); `stop` ends its process without a
+    report (a test's stand-in for a lost worker). A JSON-lines session's `channel` is read here."""
 
     session: HarnessSession
-    channel: Channel
-    protocol: int
-    call_id: Any
     key: str
     waited: int
+    resume: Callable[[], Any]
+    stop: Callable[[], None]
+    channel: Channel | None = None
     # When it was released (time.monotonic()): time released is not running time.
     since: float = field(default_factory=time.monotonic)
 
@@ -73,6 +83,7 @@ class Keeper:
         self.ticks = 0  # the database asked after the released sessions this many times
         self.thread = threading.Thread(target=self._serve, name="oz0-session-keeper", daemon=True)
         self.thread.start()
+        _wait_for_children_on(self.loop)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -81,20 +92,43 @@ class Keeper:
 
     def take(self, released: Released) -> None:
         """Keep a released session (from the thread it leaves)."""
-        self.loop.call_soon_threadsafe(self._keep, released)
+        self.loop.call_soon_threadsafe(self.keep, released)
 
-    def _keep(self, released: Released) -> None:
+    def keep(self, released: Released) -> None:
+        """Keep a released session (on the loop's own thread: an ACP conversation's)."""
         self.sessions[released.claim] = released
-        for fd in list(released.channel.open_fds):
+        channel = released.channel
+        if channel is None:
+            return
+        for fd in list(channel.open_fds):
             self.loop.add_reader(fd, self._readable, released, fd)
+        if channel.out_fd not in channel.open_fds:
+            self.wake(released.claim)  # it ended, or flooded, before it was handed here
 
     def _readable(self, released: Released, fd: int) -> None:
-        if not released.channel.read_ready(fd):
+        channel = released.channel
+        assert channel is not None
+        if not channel.read_ready(fd):
             self.loop.remove_reader(fd)
+        if fd == channel.out_fd and fd not in channel.open_fds:
+            # Its output ended, or it wrote more than the channel keeps unread (UNREAD_MAX) or a
+            # line too long: nothing more is read from it, and it is reported now, not at the decision.
+            self.loop.remove_reader(fd)
+            self.wake(released.claim)
+
+    def wake(self, claim: str) -> None:
+        """(On the loop's thread.) Give a released session a thread now, without a slot: its process
+        ended, flooded its output, or its conversation ended; the thread reports how."""
+        released = self.sessions.get(claim)
+        if released is None:
+            return
+        self._let_go(released)
+        _start_resume(released)
 
     def _let_go(self, released: Released) -> None:
-        for fd in (released.channel.out_fd, released.channel.err_fd):
-            self.loop.remove_reader(fd)
+        if released.channel is not None:
+            for fd in (released.channel.out_fd, released.channel.err_fd):
+                self.loop.remove_reader(fd)
         self.sessions.pop(released.claim, None)
 
     def drop(self, claim: str) -> Released | None:
@@ -124,8 +158,10 @@ class Keeper:
                 continue
             self.ticks += 1
             for released in due:
+                if released.claim not in self.sessions:
+                    continue  # woken meanwhile (its process ended): a thread has it already
                 self._let_go(released)
-                threading.Thread(target=_resume, args=(released,), name="oz0-session-resumed", daemon=True).start()
+                _start_resume(released)
             if not self.sessions:
                 # Nothing to keep: no connection held while the keeper is idle.
                 await self.loop.run_in_executor(self.database, _close_connection)
@@ -158,15 +194,32 @@ class Keeper:
             raise
 
 
+def _wait_for_children_on(loop: asyncio.AbstractEventLoop) -> None:
+    """asyncio before 3.12 waits for each child process from a thread of its own by default
+    (ThreadedChildWatcher): an ACP agent's process, started on the keeper's loop, would hold one
+    thread as long as it lives. A pidfd watcher waits for every child on the keeper's loop instead
+    (which runs as long as the process; it hands each exit to the loop that started the child)."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return  # 3.12 uses pidfds itself where it can
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(loop)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        asyncio.set_child_watcher(watcher)
+
+
 def _close_connection() -> None:
     connection.close()  # (resolved in the database thread: that thread's connection)
+
+
+def _start_resume(released: Released) -> None:
+    threading.Thread(target=_resume, args=(released,), name="oz0-session-resumed", daemon=True).start()
 
 
 def _resume(released: Released) -> None:
     """A thread of its own drives a released session on, heartbeating it, to its report."""
     from runs.worker.execution import Heartbeat, guarded
     from runs.worker.harness import finish_round
-    from runs.worker.harness.jsonl import drive
 
     session = released.session
     claimed = session.claimed
@@ -177,13 +230,8 @@ def _resume(released: Released) -> None:
             if session.cancel.is_set():
                 beat.cancel.set()
             session.cancel = beat.cancel
-            pending = (released.call_id, released.key)
-
-            def body() -> Any:
-                return drive(session, released.channel, released.protocol, pending)
-
             with tracing.task_span(claimed):
-                guarded(claimed, lambda: finish_round(session, session.timeout_seconds, body))
+                guarded(claimed, lambda: finish_round(session, session.timeout_seconds, released.resume))
     finally:
         connection.close()
 

@@ -9,7 +9,9 @@ user), a harness process
   install's folder), and, when the worker is root, as `OZ0_HARNESS_USER` (default `nobody`)
   inside it. With `OZ0_HARNESS_SANDBOX=user` a root worker only switches it to that user (file
   permissions then keep it from the secrets; every harness shares that one user);
-- starts in a fresh temporary folder of its own (its HOME and TMPDIR), removed when it ends;
+- starts in a folder of its own (its HOME and TMPDIR): a fresh temporary one removed when it
+  ends, or its round's (`folder=`: under OZ0's jobs folder, kept across the sessions of one round
+  on this machine, a retry's too, and removed once the round needs it no more: folders.py);
 - inherits no descriptors but its three standard streams, and only the environment it is given
   (never the worker's): PATH, HOME, TMPDIR, LANG, LC_ALL, TZ, then the program's own;
 - runs under limits: OZ0_HARNESS_CPU_SECONDS, OZ0_HARNESS_MEMORY_MB (writable memory),
@@ -24,10 +26,12 @@ the user and starts the program.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -68,14 +72,56 @@ class SandboxUnavailable(Exception):
 
 @dataclass
 class Confined:
-    """A confined process's argv, environment and working folder; `cleanup` removes the folder."""
+    """A confined process's argv, environment and working folder; `cleanup` removes the folder,
+    unless it is its round's, `kept` for the round's next session (folders.py removes it)."""
 
     argv: list[str]
     env: dict[str, str]
     job_dir: Path
+    kept: bool = False
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.job_dir, ignore_errors=True)
+        if not self.kept:
+            shutil.rmtree(self.job_dir, ignore_errors=True)
+
+
+# The folder that holds the rounds' kept folders: the worker's own (a harness user can create nothing
+# in it, nor list it), each round's folder in it the harness user's. One per database (the digest
+# of its address in the name): oz0s on one machine with databases of their own never take each
+# other's runs for gone.
+JOBS = "oz0-harness-jobs"
+
+
+def jobs_folder() -> Path:
+    from django.db import connection
+
+    where = connection.settings_dict
+    database = hashlib.sha256(f"{where.get('HOST')}:{where.get('PORT')}/{where.get('NAME')}".encode()).hexdigest()[:8]
+    root = Path(tempfile.gettempdir()) / f"{JOBS}-{database}"
+    try:
+        os.mkdir(root, 0o711)
+    except FileExistsError:
+        pass
+    found = os.lstat(root)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+        raise SandboxUnavailable(f"{root} is not a folder of the worker's own (a symlink, or someone else's): remove it")
+    if stat.S_IMODE(found.st_mode) != 0o711:
+        os.chmod(root, 0o711)
+    return root
+
+
+def _job_folder(folder: str | None, label: str) -> Path:
+    if folder is None:
+        return Path(tempfile.mkdtemp(prefix=f"oz0-harness-{os.getpid()}-{label}-"))
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", folder) or folder in (".", ".."):
+        raise SandboxUnavailable(f"{folder!r} cannot name a job folder")
+    path = jobs_folder() / folder
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise SandboxUnavailable(f"{path} is not a folder: remove it") from None
+    return path
 
 
 def interpreter_folders() -> list[Path]:
@@ -99,9 +145,12 @@ def reads_of(argv: Sequence[str]) -> list[Path]:
     return reads
 
 
-def confine(argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path] = (), label: str = "job") -> Confined:
+def confine(
+    argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path] = (), label: str = "job", folder: str | None = None
+) -> Confined:
     """Start `argv` confined: what to hand to Popen (argv, env) and the job's folder (the process's
-    working folder, HOME and TMPDIR). Raises SandboxUnavailable when this machine cannot."""
+    working folder, HOME and TMPDIR): a fresh one, or the kept one named `folder` (made the first
+    time). Raises SandboxUnavailable when this machine cannot."""
     mode = settings.OZ0_HARNESS_SANDBOX
     root = os.geteuid() == 0
     if mode == "user" and not root:
@@ -117,7 +166,7 @@ def confine(argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path
         )
     user = _harness_user() if root else None
     remove_orphans()
-    job_dir = Path(tempfile.mkdtemp(prefix=f"oz0-harness-{os.getpid()}-{label}-"))
+    job_dir = _job_folder(folder, label)
     if user is not None:
         os.chown(job_dir, user.pw_uid, user.pw_gid)
     job_dir.chmod(0o700)
@@ -129,7 +178,7 @@ def confine(argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path
     environment.update(env)
     launcher = [sys.executable, "-I", "-S", str(LAUNCHER), *_launch_options(user, job_dir, environment), "--"]
     if bwrap is None:
-        return Confined([*launcher, *argv], environment, job_dir)
+        return Confined([*launcher, *argv], environment, job_dir, kept=folder is not None)
     binds = _bwrap_binds([*interpreter_folders(), LAUNCHER, *reads], job_dir)
     namespaces = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not settings.OZ0_HARNESS_NETWORK:
@@ -140,7 +189,7 @@ def confine(argv: Sequence[str], env: Mapping[str, str], *, reads: Iterable[Path
     else:
         privileges = ["--unshare-user", "--cap-drop", "ALL"]
     command = [bwrap, "--die-with-parent", *namespaces, *privileges, *binds, "--chdir", "/", "--", *launcher, *argv]
-    return Confined(command, environment, job_dir)
+    return Confined(command, environment, job_dir, kept=folder is not None)
 
 
 ORPHAN = re.compile(r"^oz0-harness-(\d+)-")

@@ -351,6 +351,9 @@ OZ0_SOCKET_FAN_OUT_SLICE = env.int("OZ0_SOCKET_FAN_OUT_SLICE", default=16)
 # A workspace's pushes in one web process: its group's messages are handed to its sockets at most
 # once per (its sockets there / this) seconds, the changes between folded into one (0: no budget).
 OZ0_WORKSPACE_PUSHES_PER_SECOND = env.float("OZ0_WORKSPACE_PUSHES_PER_SECOND", default=100.0)
+# A workspace that sent more than this many messages to the workers in the current second is busy:
+# its messages go at the lowest priority, behind a quiet workspace's (oz0site/workspace_rate.py); 0: off.
+OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = env.float("OZ0_WORKER_BUSY_MESSAGES_PER_SECOND", default=20.0)
 # Each workspace's share of a web process (oz0site/web_share.py): its requests running at once
 # (0: no share); the rest wait their turn, up to the wait, then 503 `workspace_busy`.
 OZ0_WEB_SLOTS_PER_WORKSPACE = env.int("OZ0_WEB_SLOTS_PER_WORKSPACE", default=2)

@@ -232,3 +232,49 @@ def test_the_server_time_is_charged_under_asgi_too() -> None:
     with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=SLOW):
         assert async_to_sync(client.get)(f"/api/v1/runs/{run_id}", headers=bearer).status_code == 200
         _refused(async_to_sync(client.get)(f"/api/v1/runs/{run_id}", headers=bearer), "seconds")
+
+
+def test_a_busy_workspaces_calls_go_behind_a_quiet_ones(
+    team: Team,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Quick calls hold no worker share: a workspace creating runs of quick calls without pause put
+    thousands of them in the queue ahead of a quiet workspace's one call. Past its messages a
+    second, a workspace's messages go at the lowest priority; the quiet one's keep their run's."""
+    from runs.worker import dispatch, tasks
+
+    previous = kernel.install_sender(dispatch.send)
+    request.addfinalizer(lambda: kernel.install_sender(previous))
+    settings.OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = 5
+    sent: list[tuple[str | None, int]] = []
+
+    def record(args: Any, priority: int = 0, **kwargs: Any) -> None:
+        sent.append((args[1], priority))
+
+    monkeypatch.setattr(tasks.execute_batch, "apply_async", record)
+    monkeypatch.setattr(tasks.execute_task, "apply_async", record)
+    echoes = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}, "after": []} for i in range(20)]
+    busy = Team()
+    busy_runs = set()
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(10):
+            busy_runs.add(
+                str(kernel.create_run(workspace=busy.workspace, user=busy.users["operator"], body={"tasks": echoes})[0].pk)
+            )
+    with django_capture_on_commit_callbacks(execute=True):
+        quiet_run = str(
+            kernel.create_run(workspace=team.workspace, user=team.users["operator"], body={"tasks": echoes[:1]})[0].pk
+        )
+    normal = kernel.message_priority(5)
+    busy_priorities = [p for run, p in sent if run in busy_runs]
+    assert len(busy_priorities) >= 10 and busy_priorities.count(9) >= len(busy_priorities) - 2 * 5, busy_priorities
+    assert [p for run, p in sent if run == quiet_run] == [normal]
+    # Off at 0: every message keeps its run's priority.
+    settings.OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = 0
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        kernel.create_run(workspace=busy.workspace, user=busy.users["operator"], body={"tasks": echoes})
+    assert sent and {p for _, p in sent} == {normal}

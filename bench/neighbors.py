@@ -20,6 +20,13 @@ their runs' documents without pause. Then once more beside the same noise withou
 bodies (what a web process does with them is issue 27's item 1: the standing check before the
 body, body caps and rate limits). The figure of each probe is its p50 and p95 in each phase; the
 goal: beside (all the noise), at most twice alone.
+
+The noise stays a closed loop: each of its threads sends its next request the moment the last is
+answered. What a real client does with a refusal it does too: a 429 or 503 is counted (by status,
+error key and bucket) and that thread waits the answer's `Retry-After` before it goes on; the
+figures say how many it got. Each phase also records the cores each process used over the window
+(daphne, each worker with its pool, beat, the quiet probes, the noise) and the load average: on a
+machine other sessions share, a ratio is only as good as the load was even across the phases.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import os
 import threading
 import time
 from typing import Any
@@ -62,7 +70,11 @@ def _noise_main(
     """The noisy workspace's members, all at once, until `stop` (without the big bodies unless `bodies`)."""
     import httpx
 
-    counts = {"sockets_open": 0, "sockets_refused": 0, "big_bodies": 0, "slow_runs": 0, "quick_runs": 0, "reads": 0, "errors": 0}
+    counts: dict[str, Any] = {
+        "sockets_open": 0, "sockets_refused": 0, "big_bodies": 0, "slow_runs": 0, "quick_runs": 0, "reads": 0, "errors": 0,
+        "refused": {},  # "<status> <error key>": how many answers refused a request (429, 503), each honoured
+        "retry_after_seconds": 0.0,  # the seconds the members waited as those answers asked
+    }  # fmt: skip
     lock = threading.Lock()
     run_ids: list[str] = []
 
@@ -73,13 +85,31 @@ def _noise_main(
     def client(token: str) -> httpx.Client:
         return httpx.Client(base_url=f"http://127.0.0.1:{port}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=120)
 
+    def refused(answer: Any) -> bool:
+        """A 429 or 503 is counted and honoured as a real client would: wait its Retry-After, then go on."""
+        if answer.status_code not in (429, 503):
+            return False
+        try:
+            error = answer.json()["error"]
+            key = error["key"] + (f" ({error['bucket']})" if error.get("bucket") else "")
+        except Exception:
+            key = "?"
+        wait = float(answer.headers.get("Retry-After") or 1)
+        with lock:
+            name = f"{answer.status_code} {key}"
+            counts["refused"][name] = counts["refused"].get(name, 0) + 1
+            counts["retry_after_seconds"] += wait
+        stop.wait(wait)
+        return True
+
     def big_bodies(token: str) -> None:
         body = json.dumps({"tasks": [{"key": "gate", "kind": "await"}], "input": {"blob": "x" * BIG_BODY_BYTES}})
         with client(token) as http:
             while not stop.is_set():
                 try:
-                    http.post(f"/workspaces/{slug}/runs", content=body, headers={"Content-Type": "application/json"})
-                    count("big_bodies")
+                    answer = http.post(f"/workspaces/{slug}/runs", content=body, headers={"Content-Type": "application/json"})
+                    if not refused(answer):
+                        count("big_bodies")
                 except httpx.HTTPError:
                     count("errors")
 
@@ -95,7 +125,8 @@ def _noise_main(
                     break
                 for _ in range(SLOW_QUEUED // 4 if burst == 0 else 1):
                     try:
-                        if http.post(f"/workspaces/{slug}/runs", json={"tasks": tasks}).status_code == 201:
+                        answer = http.post(f"/workspaces/{slug}/runs", json={"tasks": tasks})
+                        if not refused(answer) and answer.status_code == 201:
                             count("slow_runs")
                     except httpx.HTTPError:
                         count("errors")
@@ -107,7 +138,7 @@ def _noise_main(
             while not stop.is_set():
                 try:
                     answer = http.post(f"/workspaces/{slug}/runs", json={"tasks": tasks})
-                    if answer.status_code == 201:
+                    if not refused(answer) and answer.status_code == 201:
                         with lock:
                             run_ids.append(answer.json()["run"]["id"])
                         count("quick_runs")
@@ -123,8 +154,8 @@ def _noise_main(
                     time.sleep(0.05)
                     continue
                 try:
-                    http.get(f"/runs/{run_id}")
-                    count("reads")
+                    if not refused(http.get(f"/runs/{run_id}")):
+                        count("reads")
                 except httpx.HTTPError:
                     count("errors")
 
@@ -296,6 +327,28 @@ class QuietProbes:
         return results
 
 
+def _cpu_seconds(procs: Processes, named: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) so far: each bench child with its process group (a Celery
+    worker's pool), and the processes `named` (this one, the noise) on their own."""
+    from pathlib import Path
+
+    tick = os.sysconf("SC_CLK_TCK")
+    groups = {child.pid: name for name, child in procs.children}
+    pids = {pid: name for name, pid in named.items()}
+    spent: dict[str, float] = dict.fromkeys([*groups.values(), *named], 0.0)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        rest = text[text.rindex(")") + 2 :].split()
+        pid, group = int(stat.parent.name), int(rest[2])
+        name = pids.get(pid) or groups.get(group)
+        if name is not None:
+            spent[name] += (int(rest[11]) + int(rest[12])) / tick
+    return spent
+
+
 def _member(workspace: Any, role: str, tag: str) -> tuple[Any, str, list[str]]:
     """A member of `workspace`: (the user, an API token, the cookies of its signed-in sessions)."""
     from django.contrib.auth.models import User
@@ -341,13 +394,25 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     ctx = multiprocessing.get_context("spawn")
     phases = {"alone": None, "beside": True, "beside, no big bodies": False}
     measured: dict[str, dict[str, list[float]]] = {}
-    noise_counts: dict[str, dict[str, int]] = {}
+    noise_counts: dict[str, dict[str, Any]] = {}
+    # Where the machine's time went in each phase: cores each process used, and the load average.
+    cores: dict[str, dict[str, float]] = {}
+    load: dict[str, list[float]] = {}
+
+    def measure(phase: str, named: dict[str, int]) -> dict[str, list[float]]:
+        before, started = _cpu_seconds(procs, named), time.monotonic()
+        result = probes.measure(window)
+        after, took = _cpu_seconds(procs, named), time.monotonic() - started
+        cores[phase] = {name: round((after[name] - before.get(name, 0.0)) / took, 2) for name in after}
+        load[phase] = [round(x, 1) for x in os.getloadavg()]
+        return result
+
     try:
         probes.measure(min(3.0, window))  # warm: connections, the first requests of each path
         for phase, bodies in phases.items():
             if bodies is None:
                 say(f"neighbors: the quiet workspace alone for {window:.0f}s")
-                measured[phase] = probes.measure(window)
+                measured[phase] = measure(phase, {"bench (the quiet probes)": os.getpid()})
                 continue
             ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
             cookies = [m[2] for m in members]
@@ -360,7 +425,9 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
                     raise RuntimeError("bench: the noisy members' sockets did not open")
                 time.sleep(2.0)  # the noise under way: bodies posting, slow calls queued
                 say(f"neighbors: the quiet workspace {phase} the noisy one for {window:.0f}s")
-                measured[phase] = probes.measure(window)
+                measured[phase] = measure(
+                    phase, {"bench (the quiet probes)": os.getpid(), "the noisy members": int(noise.pid or 0)}
+                )
                 stop.set()
                 noise_counts[phase] = out.get(timeout=200)
                 noise.join(timeout=30)
@@ -397,6 +464,8 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
             )
         )
     section.extra["noise"] = noise_counts
+    section.extra["cpu_cores"] = cores
+    section.extra["load_average"] = load
     section.extra["window_seconds"] = window
     section.extra["worker_slots_per_workspace"] = settings.OZ0_WORKER_SLOTS_PER_WORKSPACE
     counts = noise_counts.get("beside", {})
@@ -405,8 +474,12 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
         f"{counts.get('sockets_open', 0)} sockets held ({counts.get('sockets_refused', 0)} refused over the caps), "
         f"{counts.get('big_bodies', 0)} inputs of {BIG_BODY_BYTES // 1024} KB, {counts.get('slow_runs', 0)} runs of four "
         f"{SLOW_SECONDS:.0f}s calls, {counts.get('quick_runs', 0)} runs of 20 quick calls, {counts.get('reads', 0)} reads; "
+        f"refused (each Retry-After honoured): {counts.get('refused') or 'none'}; "
         "then as long again beside the same noise without the big bodies"
     )
+    for phase, used in cores.items():
+        busy = ", ".join(f"{name} {value:.2f}" for name, value in sorted(used.items(), key=lambda kv: -kv[1]) if value > 0)
+        section.notes.append(f"cores used, {phase}: {busy}; load average {load.get(phase)}")
     return section
 
 

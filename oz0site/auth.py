@@ -7,7 +7,8 @@ Executors authenticate with tokens of their own (`runs.executor_api.router.Execu
 Each route declares what it needs (`person_auth(role, where=..., body_max=..., rate=...)`):
 ninja runs the auth callbacks before it parses a body, so a caller without standing in the
 workspace the path names (an outsider: 404; a viewer or reader at an operator's route: 403), or
-past their rate, is refused before a byte of the body is read, let alone parsed and validated.
+past their rate or their workspace's (oz0site.workspace_rate), is refused before a byte of the
+body is read, let alone parsed and validated.
 The same declaration gives the body's cap (`OZ0_VERB_BODY_MAX` unless the route names another),
 which the parser checks against Content-Length first.
 """
@@ -22,7 +23,7 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 from ninja.security import SessionAuth as NinjaSessionAuth
 
-from oz0site import ratelimit, web_share
+from oz0site import ratelimit, web_share, workspace_rate
 from runs.kernel import Forbidden, NotFound
 from runs.models import Run
 from runs.schemas import refuse_declared_length, refuse_repeated_parameters
@@ -54,12 +55,21 @@ class Route:
         request._oz0_body_max = self.body_max  # type: ignore[attr-defined]
         if self.rate is not None:
             ratelimit.admit(user.pk, self.rate)
+        workspace_id = None
         if self.role is not None and self.where is not None:
-            self._require(request, user, self.role, self.where)
+            workspace_id = self._require(request, user, self.role, self.where)
         refuse_declared_length(request)
         refuse_repeated_parameters(request)
+        if workspace_id is not None:
+            # The workspace's own rate (all its members together): charged only once standing is
+            # known and the body's declared length is within the route's cap.
+            workspace_rate.admit(request, workspace_id)
+            workspace_rate.start_clock(request, workspace_id)
+            if self.shared:
+                web_share.take(request, workspace_id)
 
-    def _require(self, request: HttpRequest, user: Any, needs: str, where: Where) -> None:
+    def _require(self, request: HttpRequest, user: Any, needs: str, where: Where) -> int | None:
+        """The caller's standing in the workspace the route names (its id), or a refusal."""
         needed = ROLE_RANK[Role(needs)]
         if where == "any":
             roles = Membership.objects.filter(user_id=user.pk).values_list("role", flat=True)
@@ -67,7 +77,7 @@ class Route:
                 if self.missing is not None:
                     raise NotFound(self.missing)
                 raise Forbidden(f"this needs the {needs} role in a workspace")
-            return
+            return None
         kwargs = request.resolver_match.kwargs if request.resolver_match is not None else {}
         what = "workspace" if where == "ws" else "run"
         workspace_id = _workspace_named(where, kwargs.get(where))
@@ -76,8 +86,7 @@ class Route:
             raise NotFound(what)
         if ROLE_RANK[Role(role)] < needed:
             raise Forbidden() if needs == Role.OPERATOR else Forbidden(f"this needs the {needs} role")
-        if self.shared and workspace_id is not None:
-            web_share.take(request, workspace_id)
+        return workspace_id
 
 
 def _workspace_named(where: str | None, value: Any) -> int | None:

@@ -21,6 +21,23 @@ Why the pipeline: channels_redis publishes one message per round trip under a lo
 connection shares, so a wave of 100 changes (200 group sends: the run's and the workspace's)
 left its last message ~40 ms after its first. Sends that arrive while a publish is in flight
 wait for the next one and go together: the first goes at once, the rest in one round trip.
+
+Why the paced fan-out: a group message reaches every socket of this process in the group at
+once, and channels_redis hands it to all of them in one step, so a busy workspace's wave to its
+200 sockets put 200 consumers on the event loop ahead of any message that came a moment later:
+a quiet workspace's push waited for the whole wave (tens of milliseconds, each wave). A group's
+channels are now handed the message `OZ0_SOCKET_FAN_OUT_SLICE` at a time, one slice per turn of the loop;
+a message for another group (or channel) that arrives meanwhile is handed on at once, so it
+waits for at most a slice, not for the neighbour's whole wave.
+
+Why a workspace's pushes have a budget here: the publishers fold a workspace's changes per
+process, but every worker process publishes its own folds, so a workspace whose runs change
+without pause reached each of its sockets several times a second, and what that costs the web
+process grows with its sockets (200 sockets, four publishers: 800 socket messages a second, most
+of a core's event loop). A workspace group's messages are handed on in this process at most once
+per `sockets / OZ0_WORKSPACE_PUSHES_PER_SECOND` seconds; the changes that arrive within that
+window are folded (oz0site.realtime.fold_runs: the latest change naming every run that changed)
+into one message at its end. A quiet workspace's first change in a while still goes at once.
 """
 
 from __future__ import annotations
@@ -31,6 +48,7 @@ import uuid
 from typing import Any
 
 from channels_redis import pubsub
+from django.conf import settings
 
 CONFIRM_POLL_SECONDS = 0.001
 # Past this the subscription is left to land on its own: a socket or a wait that gave up here
@@ -40,11 +58,104 @@ CONFIRM_GIVE_UP_SECONDS = 5.0
 log = logging.getLogger(__name__)
 
 
+FORGET_AFTER = 4096
+
+
+class PacedShardConnection(pubsub.RedisSingleShardConnection):
+    """One Redis host's subscriptions, handing a group's message to its channels a slice per loop
+    turn, and a workspace group's at most once per its window."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Per workspace group: when its last message was handed on, and the fold waiting for its window's end.
+        self._handed_at: dict[str, float] = {}
+        self._held: dict[str, bytes] = {}
+
+    def _receive_message(self, message: Any) -> None:
+        if message is None:
+            return
+        name = message["channel"]
+        if isinstance(name, bytes):
+            name = name.decode()
+        layer = self.channel_layer
+        members = layer.groups.get(name) if name not in layer.channels else None
+        if not members:
+            super()._receive_message(message)
+            return
+        if name.startswith(f"{layer.prefix}__group__ws.") and self._hold(name, message["data"], len(members)):
+            return
+        self._fan_out(name, message["data"])
+
+    def _fan_out(self, name: str, data: bytes) -> None:
+        members = self.channel_layer.groups.get(name)
+        if not members:
+            return
+        size = fan_out_slice()
+        if size <= 0 or len(members) <= size:
+            super()._receive_message({"channel": name, "data": data})
+            return
+        self._hand_on(data, sorted(members), size)
+
+    def _hold(self, name: str, data: bytes, sockets: int) -> bool:
+        """True when the message waits (folded) for the end of its workspace's window."""
+        budget = float(getattr(settings, "OZ0_WORKSPACE_PUSHES_PER_SECOND", 0) or 0)
+        if budget <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        if name in self._held:
+            self._held[name] = self._fold(self._held[name], data)
+            return True
+        window, now = sockets / budget, loop.time()
+        last = self._handed_at.get(name)
+        if last is None or now - last >= window:
+            self._handed_at[name] = now
+            if len(self._handed_at) > FORGET_AFTER:
+                self._handed_at = {k: at for k, at in self._handed_at.items() if now - at < 60}
+            return False
+        self._held[name] = data
+        loop.call_later(last + window - now, self._release, name)
+        return True
+
+    def _release(self, name: str) -> None:
+        data = self._held.pop(name, None)
+        if data is None:
+            return
+        self._handed_at[name] = asyncio.get_running_loop().time()
+        self._fan_out(name, data)
+
+    def _fold(self, earlier: bytes, later: bytes) -> bytes:
+        from oz0site.realtime import fold_runs
+
+        codec = self.channel_layer.channel_layer
+        first, second = codec.deserialize(earlier), codec.deserialize(later)
+        if first.get("type") != "run.changed" or second.get("type") != "run.changed":
+            return later  # every receiver re-reads what it shows: the latest message tells it
+        return bytes(codec.serialize(fold_runs(first, second)))
+
+    def _hand_on(self, data: bytes, channels: list[str], size: int) -> None:
+        queues = self.channel_layer.channels
+        for channel in channels[:size]:
+            queue = queues.get(channel)
+            if queue is not None:
+                queue.put_nowait(data)
+        if len(channels) > size:
+            # The next slice on the loop's next turn: whatever became ready meanwhile goes first.
+            asyncio.get_running_loop().call_soon(self._hand_on, data, channels[size:], size)
+
+
+def fan_out_slice() -> int:
+    return int(getattr(settings, "OZ0_SOCKET_FAN_OUT_SLICE", 16))
+
+
 class ConfirmedLoopLayer(pubsub.RedisPubSubLoopLayer):
     """One event loop's side of the layer (channels_redis keeps one per loop)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # channels_redis made one plain connection per host: the same hosts, paced.
+        self._shards = [
+            PacedShardConnection(host, self) for host in pubsub.decode_hosts(kwargs.get("hosts", args[0] if args else None))
+        ]
         # Per shard (one per Redis host): the sends waiting for the publish in flight, and its task.
         self._outbox: dict[Any, list[tuple[str, bytes, asyncio.Future[None]]]] = {}
         self._publishing: dict[Any, asyncio.Task[None]] = {}

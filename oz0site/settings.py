@@ -56,6 +56,8 @@ MIDDLEWARE = [
     # First: a request's latency for /metrics includes the wait for its workspace's share.
     "oz0site.middleware.RequestMetricsMiddleware",
     "oz0site.web_share.WebShareMiddleware",
+    # A JSON API request's server time goes to its workspace's bucket (oz0site/workspace_rate.py).
+    "oz0site.workspace_rate.WorkspaceTimeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "oz0site.middleware.RefuseNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -339,10 +341,43 @@ OZ0_VERB_BODY_MAX = env.int("OZ0_VERB_BODY_MAX", default=64 * 1024)
 OZ0_RATE_WRITES = env.int("OZ0_RATE_WRITES", default=1200)
 OZ0_RATE_READS = env.int("OZ0_RATE_READS", default=1200)
 OZ0_RATE_WINDOW_SECONDS = env.float("OZ0_RATE_WINDOW_SECONDS", default=60.0)
+# Each workspace's rate (oz0site/workspace_rate.py): the JSON API requests and body bytes all its
+# members send together, per second, with a burst saved up; 429 `workspace_rate_limited` past it.
+# A rate of 0: no limit. Far above a small team's use: they keep one workspace below a machine's capacity.
+OZ0_WORKSPACE_REQUESTS_PER_SECOND = env.float("OZ0_WORKSPACE_REQUESTS_PER_SECOND", default=100.0)
+OZ0_WORKSPACE_REQUEST_BURST = env.float("OZ0_WORKSPACE_REQUEST_BURST", default=1000.0)
+OZ0_WORKSPACE_BYTES_PER_SECOND = env.float("OZ0_WORKSPACE_BYTES_PER_SECOND", default=float(1024**2))
+OZ0_WORKSPACE_BYTE_BURST = env.float("OZ0_WORKSPACE_BYTE_BURST", default=float(32 * 1024**2))
+# ...and the web process time (CPU seconds of its request threads) its requests take per second.
+OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND = env.float("OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND", default=0.25)
+OZ0_WORKSPACE_WEB_SECONDS_BURST = env.float("OZ0_WORKSPACE_WEB_SECONDS_BURST", default=10.0)
+for _name in (
+    "OZ0_WORKSPACE_REQUESTS_PER_SECOND",
+    "OZ0_WORKSPACE_REQUEST_BURST",
+    "OZ0_WORKSPACE_BYTES_PER_SECOND",
+    "OZ0_WORKSPACE_BYTE_BURST",
+    "OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND",
+    "OZ0_WORKSPACE_WEB_SECONDS_BURST",
+):
+    if globals()[_name] < 0:
+        raise ConfigurationError(f"{_name} must be 0 or more")
+# A group message reaches a web process's sockets in the group this many at a time, one slice per
+# turn of its event loop, so another group's message waits for a slice, not a whole wave
+# (oz0site/channel_layer.py); 0: all at once.
+OZ0_SOCKET_FAN_OUT_SLICE = env.int("OZ0_SOCKET_FAN_OUT_SLICE", default=16)
+# A workspace's pushes in one web process: its group's messages are handed to its sockets at most
+# once per (its sockets there / this) seconds, the changes between folded into one (0: no budget).
+OZ0_WORKSPACE_PUSHES_PER_SECOND = env.float("OZ0_WORKSPACE_PUSHES_PER_SECOND", default=100.0)
+# A workspace that sent more than this many messages to the workers in the current second is busy:
+# its messages go at the lowest priority, behind a quiet workspace's (oz0site/workspace_rate.py); 0: off.
+OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = env.float("OZ0_WORKER_BUSY_MESSAGES_PER_SECOND", default=20.0)
 # Each workspace's share of a web process (oz0site/web_share.py): its requests running at once
 # (0: no share); the rest wait their turn, up to the wait, then 503 `workspace_busy`.
 OZ0_WEB_SLOTS_PER_WORKSPACE = env.int("OZ0_WEB_SLOTS_PER_WORKSPACE", default=2)
 OZ0_WEB_SLOT_WAIT_SECONDS = env.float("OZ0_WEB_SLOT_WAIT_SECONDS", default=30.0)
+# While a request of a workspace with nothing else in flight runs, another workspace's second or
+# later request waits for it at most this long (oz0site/web_share.py, quiet first); 0: no priority.
+OZ0_WEB_QUIET_FIRST_SECONDS = env.float("OZ0_WEB_QUIET_FIRST_SECONDS", default=0.25)
 # Each workspace's quotas (0: none), refused 429/403 `quota_exceeded` naming the quota: runs not
 # finished, tasks one run holds from people's creates and appends, bytes of its runs' stored inputs.
 OZ0_QUOTA_ACTIVE_RUNS = env.int("OZ0_QUOTA_ACTIVE_RUNS", default=1000)

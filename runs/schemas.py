@@ -54,7 +54,10 @@ def refuse_declared_length(request: HttpRequest) -> None:
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        declared = 0
+        declared = -1
+    if declared < 0:
+        # Django's own read of the body would raise on it (a 500): a typed 400 instead.
+        raise InvalidRequest("invalid_request", "the Content-Length header is not a number of bytes")
     if declared > cap:
         raise PayloadTooLarge("payload_too_large", f"the body is {declared} bytes; this request's cap is {cap}")
 

@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from django.core.exceptions import ValidationError
@@ -83,6 +84,17 @@ STRUCTURAL_DATA_KEYS = frozenset(
         "harness",
     }
 )
+
+
+@lru_cache(maxsize=4096)
+def workspace_of(run_id: str | None) -> int | None:
+    """The workspace a run belongs to (it never moves: cached per process), None for no run."""
+    if run_id is None:
+        return None
+    try:
+        return Run.objects.filter(pk=run_id).values_list("workspace_id", flat=True).first()
+    except (ValueError, ValidationError):
+        return None
 
 
 def workspace_for(user: Any, slug: str) -> Workspace:

@@ -258,14 +258,16 @@ def celery_queue() -> Iterator[str]:
 
 @pytest.fixture(autouse=True, scope="session")
 def _fresh_rate_windows() -> None:
-    """The request rate counters key on the database's name and user ids; a new test database
+    """The request rate counters key on the database's name and user (or workspace) ids; a new test database
     hands out the same ids again, so a previous session's counters (of the same window) would
     count against this one's users."""
     import redis
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        names = list(client.scan_iter(f"oz0:rate:{settings.DATABASES['default']['TEST']['NAME']}*", count=1000))
+        name = settings.DATABASES["default"]["TEST"]["NAME"]
+        # The per-person windows and the workspaces' buckets (oz0site.workspace_rate).
+        names = [*client.scan_iter(f"oz0:rate:{name}*", count=1000), *client.scan_iter(f"oz0:wsrate:{name}*", count=1000)]
         if names:
             client.delete(*names)
     finally:

@@ -11,7 +11,9 @@ What is guaranteed, and where (README "Priorities"):
 - The lost-message sweep sends again the highest priority first.
 - Every message to the workers carries the run's priority (Celery message priority: Redis keeps a
   list per step, `priority_steps`, and a worker pops the highest list first). That order is
-  best effort across workspaces: a message already fetched by a worker (prefetch) is not passed.
+  best effort across workspaces: a message already fetched by a worker (prefetch) is not passed,
+  and a workspace that sent more than OZ0_WORKER_BUSY_MESSAGES_PER_SECOND messages this second
+  sends the rest at the lowest priority, behind every quiet workspace's (runs.worker.dispatch).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -468,3 +469,85 @@ def test_a_group_that_stays_busy_is_pushed_once_per_busy_window_and_at_once_when
     realtime.publish([group], _change("steady", seq + 1, "t")).result(timeout=5)  # type: ignore[union-attr]
     assert [m["seq"] for m in _drain(on_loop, layer, calm, quiet=0.3)] == [seq + 1]
     assert realtime._window_of(group) == 0.05
+
+
+class _Codec:
+    def serialize(self, message: dict[str, Any]) -> bytes:
+        return json.dumps(message).encode()
+
+    def deserialize(self, data: bytes) -> dict[str, Any]:
+        return dict(json.loads(data))
+
+
+class _Layer:
+    """What a shard connection reads of its loop's layer: the channels' queues, the groups, the codec."""
+
+    prefix = ""
+    channel_layer = _Codec()
+
+    def __init__(self) -> None:
+        self.channels: dict[str, asyncio.Queue[bytes]] = {}
+        self.groups: dict[str, set[str]] = {}
+
+
+def test_a_big_groups_fan_out_lets_another_groups_message_through() -> None:
+    """A busy workspace's wave to its many sockets was handed to all of them in one step: a quiet
+    workspace's push that arrived a moment later waited behind every one of them."""
+
+    async def scenario() -> None:
+        layer = _Layer()
+        big = [f"specific.big{i}" for i in range(100)]
+        layer.channels = {name: asyncio.Queue() for name in [*big, "specific.quiet"]}
+        layer.groups = {"run.busy": set(big), "run.quiet": {"specific.quiet"}}
+        shard = channel_layer.PacedShardConnection({"address": "redis://127.0.0.1:1"}, layer)
+        shard._receive_message({"channel": b"run.busy", "data": b"wave 1"})
+        shard._receive_message({"channel": b"run.busy", "data": b"wave 2"})
+        shard._receive_message({"channel": "run.quiet", "data": b"mine"})
+        assert layer.channels["specific.quiet"].qsize() == 1
+        handed = sum(layer.channels[name].qsize() for name in big)
+        assert handed <= 2 * channel_layer.fan_out_slice(), handed
+        for _ in range(50):
+            await asyncio.sleep(0)
+        # Every socket of the busy group gets each wave once, in order.
+        for name in big:
+            queue = layer.channels[name]
+            assert [queue.get_nowait() for _ in range(queue.qsize())] == [b"wave 1", b"wave 2"], name
+
+    asyncio.run(scenario())
+
+
+def test_a_workspaces_pushes_to_its_sockets_are_bounded_by_their_number(settings: Any) -> None:
+    """Every worker process folds a workspace's changes on its own, so a busy workspace's 200 sockets
+    were each pushed several times a second, most of a web process's event loop. Here a workspace
+    group's messages reach its sockets at most once per (sockets / budget) seconds, folded."""
+    settings.OZ0_WORKSPACE_PUSHES_PER_SECOND = 100  # 50 sockets: one message each per 0.5 s
+
+    def change(run: str, seq: int) -> bytes:
+        return json.dumps({"type": "run.changed", "run": run, "seq": seq, "status": "running"}).encode()
+
+    def drained(queue: asyncio.Queue[bytes]) -> list[dict[str, Any]]:
+        return [json.loads(queue.get_nowait()) for _ in range(queue.qsize())]
+
+    async def scenario() -> None:
+        layer = _Layer()
+        busy = [f"specific.busy{i}" for i in range(50)]
+        layer.channels = {name: asyncio.Queue() for name in [*busy, "specific.quiet"]}
+        layer.groups = {"__group__ws.1": set(busy), "__group__ws.2": {"specific.quiet"}}
+        shard = channel_layer.PacedShardConnection({"address": "redis://127.0.0.1:1"}, layer)
+        shard._receive_message({"channel": "__group__ws.1", "data": change("a", 1)})
+        shard._receive_message({"channel": "__group__ws.1", "data": change("b", 2)})
+        shard._receive_message({"channel": "__group__ws.1", "data": change("a", 3)})
+        shard._receive_message({"channel": "__group__ws.2", "data": change("q", 1)})
+        for _ in range(10):
+            await asyncio.sleep(0)
+        # The first change at once; the quiet workspace's at once, beside a held busy one.
+        assert [m["seq"] for m in drained(layer.channels["specific.quiet"])] == [1]
+        assert all([m["seq"] for m in drained(layer.channels[name])] == [1] for name in busy)
+        await asyncio.sleep(0.3)
+        assert all(layer.channels[name].empty() for name in busy), "pushed again within the window"
+        await asyncio.sleep(0.4)
+        for name in busy:
+            (folded,) = drained(layer.channels[name])
+            assert folded["seq"] == 3 and folded["runs"] == ["b", "a"], folded
+
+    asyncio.run(scenario())

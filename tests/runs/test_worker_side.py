@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 # The names queued messages and the beat schedule carry; they stay when the code moves.
 TASK_NAMES = {"runs.tasks.execute_task", "runs.tasks.execute_batch", "runs.tasks.sweep", "runs.tasks.noop"}
 # The notify app's (notify/tasks.py): beat runs its sweep, which queues digest deliveries.
-NOTIFY_TASK_NAMES = {"notify.tasks.sweep", "notify.tasks.deliver_digest"}
+NOTIFY_TASK_NAMES = {"notify.tasks.sweep", "notify.tasks.deliver_digest", "notify.tasks.sweep_deadlines"}
 
 
 def test_it_keeps_the_task_names_messages_and_beat_carry(settings: Any) -> None:

@@ -12,7 +12,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.views import HtmxHttpRequest, not_found_as_404, toast, wants_fragment
+from console.views import HtmxHttpRequest, not_found_as_404, refusal_answer, wants_fragment
 from insights import canary
 from oz0agents import rollouts
 from oz0agents.models import Agent
@@ -34,20 +34,24 @@ def rollouts_context(user: Any, workspace: Workspace) -> dict[str, Any]:
     }
 
 
+def _plain(status: int, detail: str) -> HttpResponse:
+    # The section has no place for an error: without JavaScript the refusal is the answer itself.
+    return HttpResponse(detail, status=status, content_type="text/plain")
+
+
+def _refused(request: HtmxHttpRequest, detail: str, status: int) -> HttpResponse:
+    return refusal_answer(request, title="Refused:", detail=detail, status=status, page=_plain)
+
+
 def _verb(request: HtmxHttpRequest, slug: str, name: str, verb: str) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     if not has_write_standing(request.user, workspace.pk):
-        detail = "Promoting or rolling back a canary needs the operator role."
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Refused:", detail=detail, status=403)
-        return HttpResponse(detail, status=403, content_type="text/plain")
+        return _refused(request, "Promoting or rolling back a canary needs the operator role.", 403)
     act = rollouts.promote if verb == "promote" else rollouts.rollback
     try:
         act(workspace=workspace, user=request.user, name=name)
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
-        return HttpResponse(error.detail, status=error.status, content_type="text/plain")
+        return _refused(request, error.detail, error.status)
     if not wants_fragment(request):
         return redirect("agents", slug=workspace.slug)
     context = {"workspace": workspace, **rollouts_context(request.user, workspace)}

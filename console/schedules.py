@@ -9,10 +9,17 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, toast, wants_fragment, workspace_context
+from console.views import (
+    HtmxHttpRequest,
+    fragment_or_page,
+    not_found_as_404,
+    refusal_answer,
+    wants_fragment,
+    workspace_context,
+)
 from runs import kernel, selectors
 from runs.schemas import parse_body
 from schedules import services
@@ -67,9 +74,9 @@ def _form_body(post: Any) -> dict[str, Any]:
 
 
 def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, **extra: Any) -> HttpResponse:
-    context = _context(request, workspace, **extra)
-    page = "console/_schedules.html" if wants_fragment(request) else "console/schedules.html"
-    return render(request, page, context, status=status)
+    return fragment_or_page(
+        request, "console/schedules.html", "console/_schedules.html", _context(request, workspace, **extra), status
+    )
 
 
 @require_POST
@@ -79,14 +86,17 @@ def schedule_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     if not has_write_standing(request.user, workspace.pk):
         return _answer(request, workspace, status=403, error="Creating a schedule needs the operator role.")
-    # Refusals: typed, in a toast for htmx (the form keeps what was typed), in the page otherwise.
     try:
         schedule = services.create(workspace=workspace, user=request.user, body=_form_body(request.POST))
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            # A toast (the console's refusals), keeping the form as typed for a correction.
-            return toast(request, ok=False, title="Not saved:", detail=f"{error.key}: {error.detail}", status=error.status)
-        return _answer(request, workspace, status=error.status, error=f"{error.key}: {error.detail}", form=request.POST)
+        said = f"{error.key}: {error.detail}"
+        return refusal_answer(
+            request,
+            title="Not saved:",
+            detail=said,
+            status=error.status,
+            page=lambda status, said: _answer(request, workspace, status=status, error=said, form=request.POST),
+        )
     if not wants_fragment(request):
         return redirect("schedules", slug=workspace.slug)
     return _answer(request, workspace, notice=f"Created {schedule.name}.")
@@ -98,9 +108,13 @@ def _verb(request: HtmxHttpRequest, slug: str, schedule_id: int, verb: str) -> H
     try:
         done = act(workspace=workspace, user=request.user, schedule_id=schedule_id)
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
-        return _answer(request, workspace, status=error.status, error=error.detail)
+        return refusal_answer(
+            request,
+            title="Refused:",
+            detail=error.detail,
+            status=error.status,
+            page=lambda status, said: _answer(request, workspace, status=status, error=said),
+        )
     if not wants_fragment(request):
         return redirect("schedules", slug=workspace.slug)
     name = done if isinstance(done, str) else getattr(done, "name", "")

@@ -9,10 +9,17 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, toast, wants_fragment, workspace_context
+from console.views import (
+    HtmxHttpRequest,
+    fragment_or_page,
+    not_found_as_404,
+    refusal_answer,
+    wants_fragment,
+    workspace_context,
+)
 from runs import kernel, selectors
 from runs.schemas import parse_body
 from schedules import triggers
@@ -54,9 +61,9 @@ def _form_body(post: Any) -> dict[str, Any]:
 
 
 def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, **extra: Any) -> HttpResponse:
-    context = _context(request, workspace, **extra)
-    page = "console/_triggers.html" if wants_fragment(request) else "console/triggers.html"
-    return render(request, page, context, status=status)
+    return fragment_or_page(
+        request, "console/triggers.html", "console/_triggers.html", _context(request, workspace, **extra), status
+    )
 
 
 @require_POST
@@ -69,9 +76,14 @@ def trigger_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     try:
         trigger, secret = triggers.create(workspace=workspace, user=request.user, body=_form_body(request.POST))
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Not saved:", detail=f"{error.key}: {error.detail}", status=error.status)
-        return _answer(request, workspace, status=error.status, error=f"{error.key}: {error.detail}", form=request.POST)
+        said = f"{error.key}: {error.detail}"
+        return refusal_answer(
+            request,
+            title="Not saved:",
+            detail=said,
+            status=error.status,
+            page=lambda status, said: _answer(request, workspace, status=status, error=said, form=request.POST),
+        )
     # The secret is in this answer only (never stored, never shown again): a plain POST gets the
     # page with it too, not a redirect that would lose it.
     return _answer(
@@ -88,9 +100,13 @@ def trigger_delete(request: HtmxHttpRequest, slug: str, trigger_id: int) -> Http
         name = triggers.trigger_for(workspace, trigger_id).name
         triggers.delete(workspace=workspace, user=request.user, trigger_id=trigger_id)
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
-        return _answer(request, workspace, status=error.status, error=error.detail)
+        return refusal_answer(
+            request,
+            title="Refused:",
+            detail=error.detail,
+            status=error.status,
+            page=lambda status, said: _answer(request, workspace, status=status, error=said),
+        )
     if not wants_fragment(request):
         return redirect("triggers", slug=workspace.slug)
     return _answer(request, workspace, notice=f"Deleted {name}: its URL starts nothing now.")

@@ -20,19 +20,15 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from bench.harness import free_port
 from bench.harness import wait_until as bench_wait_until
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench.stack_process import CELERY, QUIET, ROOT, ProcessStack, daphne
 
 
 def say(message: str) -> None:
@@ -141,7 +137,7 @@ class Postgres:
             self.embedded.stop()
 
 
-class Stack:
+class Stack(ProcessStack):
     """The stack's services and processes; `env` is what every process of it is started with."""
 
     WORKERS = ("worker-a", "worker-b")
@@ -162,6 +158,10 @@ class Stack:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def database_url(self) -> str:
+        return self.postgres.url
 
     # ---- up and down ----
     def up(self) -> None:
@@ -223,20 +223,11 @@ class Stack:
                 pass
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-        return done
-
     # ---- processes ----
     def argv(self, name: str) -> list[str]:
-        celery = [sys.executable, "-m", "celery", "-A", "oz0site"]
-        quiet = ["--without-gossip", "--without-mingle", "-l", "warning"]
+        celery, quiet = CELERY, QUIET
         if name == "web":
-            return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "oz0site.asgi:application"]
+            return daphne("127.0.0.1", self.port)
         if name in self.WORKERS:
             return [*celery, "worker", "-Q", self.queue, "-c", str(self.slots), "-n", f"{name}@%h", *quiet]
         if name == "sessions":
@@ -321,22 +312,6 @@ class Stack:
             return sum(int(client.llen(name)) for name in names)
         finally:
             client.close()
-
-    def log(self, name: str, tail: int = 4000) -> str:
-        path = self.workdir / f"{name}.log"
-        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
-
-    # ---- the database, read as the figures need it ----
-    @contextmanager
-    def db(self) -> Iterator[Any]:
-        import psycopg
-
-        with psycopg.connect(self.postgres.url, autocommit=True, connect_timeout=5) as conn:
-            yield conn
-
-    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        with self.db() as conn:
-            return list(conn.execute(sql, params).fetchall())
 
     def database_answers(self) -> bool:
         try:

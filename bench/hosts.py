@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.stack_process import CELERY, QUIET, ROOT, ProcessStack, daphne
+
 HOSTS = ("db", "web", "w1", "w2")
 PG_PORT = 5432
 REDIS_PORT = 6379
@@ -231,7 +232,7 @@ def free_subnet() -> int:
     return free[int(uuid.uuid4().hex[:4], 16) % len(free)]
 
 
-class Stack:
+class Stack(ProcessStack):
     """oz0 across the hosts: its processes by name, each started in its host's namespace."""
 
     def __init__(self, timing: Timing, *, worker_processes: int = 2) -> None:
@@ -363,29 +364,11 @@ class Stack:
         self.hosts.down()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-        return done
-
     # ---- processes ----
     def argv(self, name: str) -> list[str]:
-        celery = [sys.executable, "-m", "celery", "-A", "oz0site"]
-        quiet = ["--without-gossip", "--without-mingle", "-l", "warning"]
+        celery, quiet = CELERY, QUIET
         if name == "web":
-            return [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                self.hosts.address("web"),
-                "-p",
-                str(WEB_PORT),
-                "oz0site.asgi:application",
-            ]
+            return daphne(self.hosts.address("web"), WEB_PORT)
         if name == "beat":
             return [*celery, "beat", "-s", str(self.workdir / "beat-schedule"), "--pidfile=", "-l", "warning"]
         if name.startswith("worker"):
@@ -436,10 +419,6 @@ class Stack:
         except Exception as error:
             return getattr(error, "code", None) == 503
 
-    def log(self, name: str, tail: int = 3000) -> str:
-        path = self.workdir / f"{name}.log"
-        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
-
     # ---- the driver's side ----
     def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         import httpx
@@ -452,17 +431,6 @@ class Stack:
             timeout=60,
         )
         return answer.status_code, answer.json() if answer.content else None
-
-    @contextmanager
-    def db(self) -> Iterator[Any]:
-        import psycopg
-
-        with psycopg.connect(self.database_url, autocommit=True, connect_timeout=5) as conn:
-            yield conn
-
-    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        with self.db() as conn:
-            return list(conn.execute(sql, params).fetchall())
 
 
 def fan_tasks(tasks: int, effects: int, *, effect_seconds: float, run_tag: str) -> list[dict[str, Any]]:

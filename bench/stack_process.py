@@ -1,0 +1,55 @@
+"""What the chaos stack (bench/chaos_stack.py) and the stack across hosts (bench/hosts.py) share:
+oz0's processes started from this checkout with the stack's environment, a log per process in
+the stack's work directory, and its database read as the figures need it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CELERY = [sys.executable, "-m", "celery", "-A", "oz0site"]
+# The bench's workers talk to no peer: no gossip nor mingle at start, warnings only in the logs.
+QUIET = ["--without-gossip", "--without-mingle", "-l", "warning"]
+
+
+def daphne(address: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "daphne", "-b", address, "-p", str(port), "oz0site.asgi:application"]
+
+
+class ProcessStack:
+    """A stack's files, environment and database; the stack says where its database is."""
+
+    workdir: Path
+    env: dict[str, str]
+
+    @property
+    def database_url(self) -> str:
+        raise NotImplementedError
+
+    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        return done
+
+    def log(self, name: str, tail: int = 4000) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
+
+    @contextmanager
+    def db(self) -> Iterator[Any]:
+        import psycopg
+
+        with psycopg.connect(self.database_url, autocommit=True, connect_timeout=5) as conn:
+            yield conn
+
+    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        with self.db() as conn:
+            return list(conn.execute(sql, params).fetchall())

@@ -12,7 +12,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.views import HtmxHttpRequest, not_found_as_404, refusal_answer, wants_fragment
+from console.views import HtmxHttpRequest, not_found_as_404, refused_verb, wants_fragment
 from insights import canary
 from oz0agents import rollouts
 from oz0agents.models import Agent
@@ -34,24 +34,20 @@ def rollouts_context(user: Any, workspace: Workspace) -> dict[str, Any]:
     }
 
 
-def _plain(status: int, detail: str) -> HttpResponse:
+def _plain(*, status: int, error: str) -> HttpResponse:
     # The section has no place for an error: without JavaScript the refusal is the answer itself.
-    return HttpResponse(detail, status=status, content_type="text/plain")
-
-
-def _refused(request: HtmxHttpRequest, detail: str, status: int) -> HttpResponse:
-    return refusal_answer(request, title="Refused:", detail=detail, status=status, page=_plain)
+    return HttpResponse(error, status=status, content_type="text/plain")
 
 
 def _verb(request: HtmxHttpRequest, slug: str, name: str, verb: str) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     if not has_write_standing(request.user, workspace.pk):
-        return _refused(request, "Promoting or rolling back a canary needs the operator role.", 403)
+        return refused_verb(request, kernel.Forbidden("Promoting or rolling back a canary needs the operator role."), _plain)
     act = rollouts.promote if verb == "promote" else rollouts.rollback
     try:
         act(workspace=workspace, user=request.user, name=name)
     except kernel.KernelError as error:
-        return _refused(request, error.detail, error.status)
+        return refused_verb(request, error, _plain)
     if not wants_fragment(request):
         return redirect("agents", slug=workspace.slug)
     context = {"workspace": workspace, **rollouts_context(request.user, workspace)}

@@ -4,6 +4,7 @@ serves the page, every htmx answer, and a refusal shown in the form."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +17,8 @@ from console.views import (
     HtmxHttpRequest,
     fragment_or_page,
     not_found_as_404,
-    refusal_answer,
+    refused_form,
+    refused_verb,
     wants_fragment,
     workspace_context,
 )
@@ -89,14 +91,7 @@ def schedule_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     try:
         schedule = services.create(workspace=workspace, user=request.user, body=_form_body(request.POST))
     except kernel.KernelError as error:
-        said = f"{error.key}: {error.detail}"
-        return refusal_answer(
-            request,
-            title="Not saved:",
-            detail=said,
-            status=error.status,
-            page=lambda status, said: _answer(request, workspace, status=status, error=said, form=request.POST),
-        )
+        return refused_form(request, error, partial(_answer, request, workspace))
     if not wants_fragment(request):
         return redirect("schedules", slug=workspace.slug)
     return _answer(request, workspace, notice=f"Created {schedule.name}.")
@@ -108,13 +103,7 @@ def _verb(request: HtmxHttpRequest, slug: str, schedule_id: int, verb: str) -> H
     try:
         done = act(workspace=workspace, user=request.user, schedule_id=schedule_id)
     except kernel.KernelError as error:
-        return refusal_answer(
-            request,
-            title="Refused:",
-            detail=error.detail,
-            status=error.status,
-            page=lambda status, said: _answer(request, workspace, status=status, error=said),
-        )
+        return refused_verb(request, error, partial(_answer, request, workspace))
     if not wants_fragment(request):
         return redirect("schedules", slug=workspace.slug)
     name = done if isinstance(done, str) else getattr(done, "name", "")

@@ -5,6 +5,7 @@ and every htmx answer."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -16,7 +17,8 @@ from console.views import (
     HtmxHttpRequest,
     fragment_or_page,
     not_found_as_404,
-    refusal_answer,
+    refused_form,
+    refused_verb,
     wants_fragment,
     workspace_context,
 )
@@ -76,14 +78,7 @@ def trigger_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     try:
         trigger, secret = triggers.create(workspace=workspace, user=request.user, body=_form_body(request.POST))
     except kernel.KernelError as error:
-        said = f"{error.key}: {error.detail}"
-        return refusal_answer(
-            request,
-            title="Not saved:",
-            detail=said,
-            status=error.status,
-            page=lambda status, said: _answer(request, workspace, status=status, error=said, form=request.POST),
-        )
+        return refused_form(request, error, partial(_answer, request, workspace))
     # The secret is in this answer only (never stored, never shown again): a plain POST gets the
     # page with it too, not a redirect that would lose it.
     return _answer(
@@ -100,13 +95,7 @@ def trigger_delete(request: HtmxHttpRequest, slug: str, trigger_id: int) -> Http
         name = triggers.trigger_for(workspace, trigger_id).name
         triggers.delete(workspace=workspace, user=request.user, trigger_id=trigger_id)
     except kernel.KernelError as error:
-        return refusal_answer(
-            request,
-            title="Refused:",
-            detail=error.detail,
-            status=error.status,
-            page=lambda status, said: _answer(request, workspace, status=status, error=said),
-        )
+        return refused_verb(request, error, partial(_answer, request, workspace))
     if not wants_fragment(request):
         return redirect("triggers", slug=workspace.slug)
     return _answer(request, workspace, notice=f"Deleted {name}: its URL starts nothing now.")

@@ -60,14 +60,22 @@ def fragment_or_page(
     return response
 
 
-def refusal_answer(
-    request: HtmxHttpRequest, *, title: str, detail: str, status: int, page: Callable[[int, str], HttpResponse]
-) -> HttpResponse:
-    """A refused write: for htmx a toast, so the page (and a form, as typed) stays for a
-    correction; without JavaScript `page(status, detail)`, the answer that shows it in place."""
+def refused_form(request: HtmxHttpRequest, error: kernel.KernelError, answer: Callable[..., HttpResponse]) -> HttpResponse:
+    """A create form the kernel refused (its key and detail said): for htmx a toast, the form
+    staying as typed for a correction; without JavaScript `answer(status=, error=, form=)`, the
+    page again with the refusal and the form as typed."""
+    said = f"{error.key}: {error.detail}"
     if wants_fragment(request):
-        return toast(request, ok=False, title=title, detail=detail, status=status)
-    return page(status, detail)
+        return toast(request, ok=False, title="Not saved:", detail=said, status=error.status)
+    return answer(status=error.status, error=said, form=request.POST)
+
+
+def refused_verb(request: HtmxHttpRequest, error: kernel.KernelError, answer: Callable[..., HttpResponse]) -> HttpResponse:
+    """A button's verb the kernel refused: for htmx a toast, the page staying as it is; without
+    JavaScript `answer(status=, error=)`, the answer that shows the refusal."""
+    if wants_fragment(request):
+        return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
+    return answer(status=error.status, error=error.detail)
 
 
 def fingerprint(html: str) -> str:

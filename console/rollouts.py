@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
-from console.views import HtmxHttpRequest, not_found_as_404, refused_verb, wants_fragment
+from console.views import HtmxHttpRequest, console_post, refused_verb, wants_fragment
 from insights import canary
 from oz0agents import rollouts
 from oz0agents.models import Agent
@@ -54,15 +52,11 @@ def _verb(request: HtmxHttpRequest, slug: str, name: str, verb: str) -> HttpResp
     return render(request, "insights/_rollouts.html", context)
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def promote(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
     return _verb(request, slug, name, "promote")
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def rollback(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
     return _verb(request, slug, name, "rollback")

@@ -11,10 +11,11 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from console.views import (
     HtmxHttpRequest,
+    console_post,
     fragment_or_page,
     not_found_as_404,
     refused_form,
@@ -81,9 +82,7 @@ def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, *
     )
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def schedule_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     if not has_write_standing(request.user, workspace.pk):
@@ -111,22 +110,16 @@ def _verb(request: HtmxHttpRequest, slug: str, schedule_id: int, verb: str) -> H
     return _answer(request, workspace, notice=f"{words} {name}.")
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def schedule_pause(request: HtmxHttpRequest, slug: str, schedule_id: int) -> HttpResponse:
     return _verb(request, slug, schedule_id, "pause")
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def schedule_resume(request: HtmxHttpRequest, slug: str, schedule_id: int) -> HttpResponse:
     return _verb(request, slug, schedule_id, "resume")
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def schedule_delete(request: HtmxHttpRequest, slug: str, schedule_id: int) -> HttpResponse:
     return _verb(request, slug, schedule_id, "delete")

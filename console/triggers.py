@@ -11,10 +11,11 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from console.views import (
     HtmxHttpRequest,
+    console_post,
     fragment_or_page,
     not_found_as_404,
     refused_form,
@@ -68,9 +69,7 @@ def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, *
     )
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def trigger_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     if not has_write_standing(request.user, workspace.pk):
@@ -86,9 +85,7 @@ def trigger_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     )
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def trigger_delete(request: HtmxHttpRequest, slug: str, trigger_id: int) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     try:

@@ -153,14 +153,17 @@ def settings_refused(request: HttpRequest, workspace: Workspace) -> HttpResponse
     return render(request, "console/settings_forbidden.html", workspace_context(request, workspace, "settings"), status=403)
 
 
+def console_post(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A console write: POST only (405 otherwise), signed in, a selector's NotFound as the 404."""
+    return require_POST(login_required(not_found_as_404(view)))
+
+
 def settings_write(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """A Settings section's write (walls, approver groups, deadlines): a POST by a signed-in operator
     of the workspace `slug`, which the view is given; a non-member gets the 404, anyone else the
     403 page, and neither reaches the view."""
 
-    @require_POST
-    @login_required
-    @not_found_as_404
+    @console_post
     @wraps(view)
     def wrapper(request: HtmxHttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
         workspace = selectors.workspace_for(request.user, slug)

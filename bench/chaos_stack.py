@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -145,15 +144,11 @@ class Stack(ProcessStack):
     def __init__(self, timing: Timing, *, slots: int = 2) -> None:
         self.timing = timing
         self.slots = slots
-        self.workdir = Path(tempfile.mkdtemp(prefix="oz0-chaos-"))
+        super().__init__("chaos")
         self.postgres = Postgres(self.workdir)
         self.redis = Redis(self.workdir)
-        self.queue = f"oz0-chaos-{uuid.uuid4().hex[:8]}"
         self.port = free_port()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.env: dict[str, str] = {}
-        self.token = ""
-        self.workspace = "chaos"
 
     @property
     def base_url(self) -> str:

@@ -29,7 +29,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -238,13 +237,9 @@ class Stack(ProcessStack):
     def __init__(self, timing: Timing, *, worker_processes: int = 2) -> None:
         self.timing = timing
         self.worker_processes = worker_processes
-        self.workdir = Path(tempfile.mkdtemp(prefix="oz0-hosts-"))
+        super().__init__("hosts")
         self.hosts = Hosts(scratch=self.workdir)
-        self.queue = f"oz0-hosts-{uuid.uuid4().hex[:8]}"
         self.processes: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
-        self.env: dict[str, str] = {}
-        self.token = ""
-        self.workspace = "hosts"
 
     # ---- addresses ----
     @property

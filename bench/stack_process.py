@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,8 +26,14 @@ def daphne(address: str, port: int) -> list[str]:
 class ProcessStack:
     """A stack's files, environment and database; the stack says where its database is."""
 
-    workdir: Path
-    env: dict[str, str]
+    def __init__(self, name: str) -> None:
+        """A stack called `name`: its work directory, its own Celery queue (a stack never takes
+        another's work), the workspace its runs are in; the environment and the token come at `up`."""
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"oz0-{name}-"))
+        self.queue = f"oz0-{name}-{uuid.uuid4().hex[:8]}"
+        self.env: dict[str, str] = {}
+        self.token = ""
+        self.workspace = name
 
     @property
     def database_url(self) -> str:

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -27,7 +26,7 @@ import psutil
 
 from bench.harness import free_port
 from bench.harness import wait_until as bench_wait_until
-from bench.stack_process import CELERY, QUIET, ROOT, ProcessStack, daphne
+from bench.stack_process import CELERY, QUIET, ROOT, ProcessStack, daphne, served_settings
 
 
 def say(message: str) -> None:
@@ -170,6 +169,7 @@ class Stack(ProcessStack):
         base = {k: v for k, v in os.environ.items() if not k.startswith(leave_out)}
         self.env = {
             **base,
+            **served_settings(),
             "DJANGO_SETTINGS_MODULE": "oz0site.settings",
             "DATABASE_URL": self.postgres.url,
             "REDIS_URL": self.redis.url,
@@ -185,19 +185,9 @@ class Stack(ProcessStack):
             # (the fair share is `./oz0 bench --only neighbors`' subject).
             "OZ0_WORKER_SLOTS_PER_WORKSPACE": "0",
             "OZ0_WORKER_STALE_SECONDS": str(max(4.0, 4 * self.timing.heartbeat)),
-            "OZ0_PASSWORD_HASHERS": "django.contrib.auth.hashers.MD5PasswordHasher",
-            "DEBUG": "0",
-            "SECRET_KEY": uuid.uuid4().hex * 2,
-            "SECURE_SSL_REDIRECT": "0",
-            "SESSION_COOKIE_SECURE": "0",
-            "CSRF_COOKIE_SECURE": "0",
-            "LOG_LEVEL": "WARNING",
-            "PYTHONUNBUFFERED": "1",
         }
         say("migrating the stack's database")
-        self.manage("migrate", "--noinput", timeout=600)
-        made = self.manage("token_create", "chaos-operator", "--workspace", self.workspace, "--role", "operator")
-        self.token = made.stdout.strip().splitlines()[-1]
+        self.migrate_and_sign_in()
         for name in ("web", *self.WORKERS, "sessions", "beat"):
             self.start(name)
         wait_until(self.listening, timeout=90, what="the stack's web server")

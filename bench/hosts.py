@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.stack_process import CELERY, QUIET, ROOT, ProcessStack, daphne
+from bench.stack_process import CELERY, QUIET, ROOT, ProcessStack, daphne, served_settings
 
 HOSTS = ("db", "web", "w1", "w2")
 PG_PORT = 5432
@@ -262,6 +262,7 @@ class Stack(ProcessStack):
         base = {k: v for k, v in os.environ.items() if not k.startswith(leave_out)}
         self.env = {
             **base,
+            **served_settings(),
             "DJANGO_SETTINGS_MODULE": "oz0site.settings",
             "DATABASE_URL": self.database_url,
             "REDIS_URL": self.redis_url,
@@ -274,20 +275,10 @@ class Stack(ProcessStack):
             "OZ0_REQUEUE_SECONDS": str(self.timing.requeue),
             "OZ0_WORKER_SLOTS_PER_WORKSPACE": "0",  # one workspace: its calls may take every worker
             "OZ0_WORKER_CONCURRENCY": str(self.worker_processes),
-            "OZ0_PASSWORD_HASHERS": "django.contrib.auth.hashers.MD5PasswordHasher",
-            "DEBUG": "0",
-            "SECRET_KEY": uuid.uuid4().hex * 2,
             "ALLOWED_HOSTS": f"{self.hosts.address('web')},127.0.0.1",
-            "SECURE_SSL_REDIRECT": "0",
-            "SESSION_COOKIE_SECURE": "0",
-            "CSRF_COOKIE_SECURE": "0",
-            "LOG_LEVEL": "WARNING",
-            "PYTHONUNBUFFERED": "1",
         }
         say("migrating the stack's database")
-        self.manage("migrate", "--noinput", timeout=600)
-        made = self.manage("token_create", "hosts-operator", "--workspace", self.workspace, "--role", "operator")
-        self.token = made.stdout.strip().splitlines()[-1]
+        self.migrate_and_sign_in()
         self.start("web", "web")
         self.start("beat", "web")
         self.start("worker-1", "w1")

@@ -23,6 +23,21 @@ def daphne(address: str, port: int) -> list[str]:
     return [sys.executable, "-m", "daphne", "-b", address, "-p", str(port), "oz0site.asgi:application"]
 
 
+def served_settings() -> dict[str, str]:
+    """What every bench stack's processes run with beside their addresses: production's settings
+    (DEBUG off, a fresh key) over plain HTTP on private addresses, fast password hashes, quiet logs."""
+    return {
+        "OZ0_PASSWORD_HASHERS": "django.contrib.auth.hashers.MD5PasswordHasher",
+        "DEBUG": "0",
+        "SECRET_KEY": uuid.uuid4().hex * 2,
+        "SECURE_SSL_REDIRECT": "0",
+        "SESSION_COOKIE_SECURE": "0",
+        "CSRF_COOKIE_SECURE": "0",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
 class ProcessStack:
     """A stack's files, environment and database; the stack says where its database is."""
 
@@ -46,6 +61,12 @@ class ProcessStack:
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
         return done
+
+    def migrate_and_sign_in(self) -> None:
+        """The stack's database migrated and an operator's token for its workspace (the driver's)."""
+        self.manage("migrate", "--noinput", timeout=600)
+        made = self.manage("token_create", f"{self.workspace}-operator", "--workspace", self.workspace, "--role", "operator")
+        self.token = made.stdout.strip().splitlines()[-1]
 
     def log(self, name: str, tail: int = 4000) -> str:
         path = self.workdir / f"{name}.log"

@@ -17,22 +17,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from bench.harness import free_port
 from bench.harness import wait_until as bench_wait_until
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench.stack_process import CELERY, QUIET, ROOT, ProcessStack, daphne, served_settings
 
 
 def say(message: str) -> None:
@@ -141,7 +135,7 @@ class Postgres:
             self.embedded.stop()
 
 
-class Stack:
+class Stack(ProcessStack):
     """The stack's services and processes; `env` is what every process of it is started with."""
 
     WORKERS = ("worker-a", "worker-b")
@@ -149,19 +143,19 @@ class Stack:
     def __init__(self, timing: Timing, *, slots: int = 2) -> None:
         self.timing = timing
         self.slots = slots
-        self.workdir = Path(tempfile.mkdtemp(prefix="oz0-chaos-"))
+        super().__init__("chaos")
         self.postgres = Postgres(self.workdir)
         self.redis = Redis(self.workdir)
-        self.queue = f"oz0-chaos-{uuid.uuid4().hex[:8]}"
         self.port = free_port()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.env: dict[str, str] = {}
-        self.token = ""
-        self.workspace = "chaos"
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def database_url(self) -> str:
+        return self.postgres.url
 
     # ---- up and down ----
     def up(self) -> None:
@@ -175,6 +169,7 @@ class Stack:
         base = {k: v for k, v in os.environ.items() if not k.startswith(leave_out)}
         self.env = {
             **base,
+            **served_settings(),
             "DJANGO_SETTINGS_MODULE": "oz0site.settings",
             "DATABASE_URL": self.postgres.url,
             "REDIS_URL": self.redis.url,
@@ -190,19 +185,9 @@ class Stack:
             # (the fair share is `./oz0 bench --only neighbors`' subject).
             "OZ0_WORKER_SLOTS_PER_WORKSPACE": "0",
             "OZ0_WORKER_STALE_SECONDS": str(max(4.0, 4 * self.timing.heartbeat)),
-            "OZ0_PASSWORD_HASHERS": "django.contrib.auth.hashers.MD5PasswordHasher",
-            "DEBUG": "0",
-            "SECRET_KEY": uuid.uuid4().hex * 2,
-            "SECURE_SSL_REDIRECT": "0",
-            "SESSION_COOKIE_SECURE": "0",
-            "CSRF_COOKIE_SECURE": "0",
-            "LOG_LEVEL": "WARNING",
-            "PYTHONUNBUFFERED": "1",
         }
         say("migrating the stack's database")
-        self.manage("migrate", "--noinput", timeout=600)
-        made = self.manage("token_create", "chaos-operator", "--workspace", self.workspace, "--role", "operator")
-        self.token = made.stdout.strip().splitlines()[-1]
+        self.migrate_and_sign_in()
         for name in ("web", *self.WORKERS, "sessions", "beat"):
             self.start(name)
         wait_until(self.listening, timeout=90, what="the stack's web server")
@@ -223,20 +208,11 @@ class Stack:
                 pass
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-        return done
-
     # ---- processes ----
     def argv(self, name: str) -> list[str]:
-        celery = [sys.executable, "-m", "celery", "-A", "oz0site"]
-        quiet = ["--without-gossip", "--without-mingle", "-l", "warning"]
+        celery, quiet = CELERY, QUIET
         if name == "web":
-            return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "oz0site.asgi:application"]
+            return daphne("127.0.0.1", self.port)
         if name in self.WORKERS:
             return [*celery, "worker", "-Q", self.queue, "-c", str(self.slots), "-n", f"{name}@%h", *quiet]
         if name == "sessions":
@@ -321,22 +297,6 @@ class Stack:
             return sum(int(client.llen(name)) for name in names)
         finally:
             client.close()
-
-    def log(self, name: str, tail: int = 4000) -> str:
-        path = self.workdir / f"{name}.log"
-        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
-
-    # ---- the database, read as the figures need it ----
-    @contextmanager
-    def db(self) -> Iterator[Any]:
-        import psycopg
-
-        with psycopg.connect(self.postgres.url, autocommit=True, connect_timeout=5) as conn:
-            yield conn
-
-    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        with self.db() as conn:
-            return list(conn.execute(sql, params).fetchall())
 
     def database_answers(self) -> bool:
         try:

@@ -29,7 +29,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.stack_process import CELERY, QUIET, ROOT, ProcessStack, daphne, served_settings
+
 HOSTS = ("db", "web", "w1", "w2")
 PG_PORT = 5432
 REDIS_PORT = 6379
@@ -231,19 +231,15 @@ def free_subnet() -> int:
     return free[int(uuid.uuid4().hex[:4], 16) % len(free)]
 
 
-class Stack:
+class Stack(ProcessStack):
     """oz0 across the hosts: its processes by name, each started in its host's namespace."""
 
     def __init__(self, timing: Timing, *, worker_processes: int = 2) -> None:
         self.timing = timing
         self.worker_processes = worker_processes
-        self.workdir = Path(tempfile.mkdtemp(prefix="oz0-hosts-"))
+        super().__init__("hosts")
         self.hosts = Hosts(scratch=self.workdir)
-        self.queue = f"oz0-hosts-{uuid.uuid4().hex[:8]}"
         self.processes: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
-        self.env: dict[str, str] = {}
-        self.token = ""
-        self.workspace = "hosts"
 
     # ---- addresses ----
     @property
@@ -266,6 +262,7 @@ class Stack:
         base = {k: v for k, v in os.environ.items() if not k.startswith(leave_out)}
         self.env = {
             **base,
+            **served_settings(),
             "DJANGO_SETTINGS_MODULE": "oz0site.settings",
             "DATABASE_URL": self.database_url,
             "REDIS_URL": self.redis_url,
@@ -278,20 +275,10 @@ class Stack:
             "OZ0_REQUEUE_SECONDS": str(self.timing.requeue),
             "OZ0_WORKER_SLOTS_PER_WORKSPACE": "0",  # one workspace: its calls may take every worker
             "OZ0_WORKER_CONCURRENCY": str(self.worker_processes),
-            "OZ0_PASSWORD_HASHERS": "django.contrib.auth.hashers.MD5PasswordHasher",
-            "DEBUG": "0",
-            "SECRET_KEY": uuid.uuid4().hex * 2,
             "ALLOWED_HOSTS": f"{self.hosts.address('web')},127.0.0.1",
-            "SECURE_SSL_REDIRECT": "0",
-            "SESSION_COOKIE_SECURE": "0",
-            "CSRF_COOKIE_SECURE": "0",
-            "LOG_LEVEL": "WARNING",
-            "PYTHONUNBUFFERED": "1",
         }
         say("migrating the stack's database")
-        self.manage("migrate", "--noinput", timeout=600)
-        made = self.manage("token_create", "hosts-operator", "--workspace", self.workspace, "--role", "operator")
-        self.token = made.stdout.strip().splitlines()[-1]
+        self.migrate_and_sign_in()
         self.start("web", "web")
         self.start("beat", "web")
         self.start("worker-1", "w1")
@@ -363,29 +350,11 @@ class Stack:
         self.hosts.down()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-        return done
-
     # ---- processes ----
     def argv(self, name: str) -> list[str]:
-        celery = [sys.executable, "-m", "celery", "-A", "oz0site"]
-        quiet = ["--without-gossip", "--without-mingle", "-l", "warning"]
+        celery, quiet = CELERY, QUIET
         if name == "web":
-            return [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                self.hosts.address("web"),
-                "-p",
-                str(WEB_PORT),
-                "oz0site.asgi:application",
-            ]
+            return daphne(self.hosts.address("web"), WEB_PORT)
         if name == "beat":
             return [*celery, "beat", "-s", str(self.workdir / "beat-schedule"), "--pidfile=", "-l", "warning"]
         if name.startswith("worker"):
@@ -436,10 +405,6 @@ class Stack:
         except Exception as error:
             return getattr(error, "code", None) == 503
 
-    def log(self, name: str, tail: int = 3000) -> str:
-        path = self.workdir / f"{name}.log"
-        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
-
     # ---- the driver's side ----
     def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         import httpx
@@ -452,17 +417,6 @@ class Stack:
             timeout=60,
         )
         return answer.status_code, answer.json() if answer.content else None
-
-    @contextmanager
-    def db(self) -> Iterator[Any]:
-        import psycopg
-
-        with psycopg.connect(self.database_url, autocommit=True, connect_timeout=5) as conn:
-            yield conn
-
-    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        with self.db() as conn:
-            return list(conn.execute(sql, params).fetchall())
 
 
 def fan_tasks(tasks: int, effects: int, *, effect_seconds: float, run_tag: str) -> list[dict[str, Any]]:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
-from console.views import HtmxHttpRequest, not_found_as_404, toast, wants_fragment
+from console.views import HtmxHttpRequest, console_post, refused_verb, wants_fragment
 from insights import canary
 from oz0agents import rollouts
 from oz0agents.models import Agent
@@ -34,35 +32,31 @@ def rollouts_context(user: Any, workspace: Workspace) -> dict[str, Any]:
     }
 
 
+def _plain(*, status: int, error: str) -> HttpResponse:
+    # The section has no place for an error: without JavaScript the refusal is the answer itself.
+    return HttpResponse(error, status=status, content_type="text/plain")
+
+
 def _verb(request: HtmxHttpRequest, slug: str, name: str, verb: str) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     if not has_write_standing(request.user, workspace.pk):
-        detail = "Promoting or rolling back a canary needs the operator role."
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Refused:", detail=detail, status=403)
-        return HttpResponse(detail, status=403, content_type="text/plain")
+        return refused_verb(request, kernel.Forbidden("Promoting or rolling back a canary needs the operator role."), _plain)
     act = rollouts.promote if verb == "promote" else rollouts.rollback
     try:
         act(workspace=workspace, user=request.user, name=name)
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
-        return HttpResponse(error.detail, status=error.status, content_type="text/plain")
+        return refused_verb(request, error, _plain)
     if not wants_fragment(request):
         return redirect("agents", slug=workspace.slug)
     context = {"workspace": workspace, **rollouts_context(request.user, workspace)}
     return render(request, "insights/_rollouts.html", context)
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def promote(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
     return _verb(request, slug, name, "promote")
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def rollback(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
     return _verb(request, slug, name, "rollback")

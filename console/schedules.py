@@ -4,15 +4,25 @@ serves the page, every htmx answer, and a refusal shown in the form."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET
 
-from console.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, toast, wants_fragment, workspace_context
+from console.views import (
+    HtmxHttpRequest,
+    console_post,
+    fragment_or_page,
+    not_found_as_404,
+    refused_form,
+    refused_verb,
+    wants_fragment,
+    workspace_context,
+)
 from runs import kernel, selectors
 from runs.schemas import parse_body
 from schedules import services
@@ -67,26 +77,20 @@ def _form_body(post: Any) -> dict[str, Any]:
 
 
 def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, **extra: Any) -> HttpResponse:
-    context = _context(request, workspace, **extra)
-    page = "console/_schedules.html" if wants_fragment(request) else "console/schedules.html"
-    return render(request, page, context, status=status)
+    return fragment_or_page(
+        request, "console/schedules.html", "console/_schedules.html", _context(request, workspace, **extra), status
+    )
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def schedule_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     if not has_write_standing(request.user, workspace.pk):
         return _answer(request, workspace, status=403, error="Creating a schedule needs the operator role.")
-    # Refusals: typed, in a toast for htmx (the form keeps what was typed), in the page otherwise.
     try:
         schedule = services.create(workspace=workspace, user=request.user, body=_form_body(request.POST))
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            # A toast (the console's refusals), keeping the form as typed for a correction.
-            return toast(request, ok=False, title="Not saved:", detail=f"{error.key}: {error.detail}", status=error.status)
-        return _answer(request, workspace, status=error.status, error=f"{error.key}: {error.detail}", form=request.POST)
+        return refused_form(request, error, partial(_answer, request, workspace))
     if not wants_fragment(request):
         return redirect("schedules", slug=workspace.slug)
     return _answer(request, workspace, notice=f"Created {schedule.name}.")
@@ -98,9 +102,7 @@ def _verb(request: HtmxHttpRequest, slug: str, schedule_id: int, verb: str) -> H
     try:
         done = act(workspace=workspace, user=request.user, schedule_id=schedule_id)
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
-        return _answer(request, workspace, status=error.status, error=error.detail)
+        return refused_verb(request, error, partial(_answer, request, workspace))
     if not wants_fragment(request):
         return redirect("schedules", slug=workspace.slug)
     name = done if isinstance(done, str) else getattr(done, "name", "")
@@ -108,22 +110,16 @@ def _verb(request: HtmxHttpRequest, slug: str, schedule_id: int, verb: str) -> H
     return _answer(request, workspace, notice=f"{words} {name}.")
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def schedule_pause(request: HtmxHttpRequest, slug: str, schedule_id: int) -> HttpResponse:
     return _verb(request, slug, schedule_id, "pause")
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def schedule_resume(request: HtmxHttpRequest, slug: str, schedule_id: int) -> HttpResponse:
     return _verb(request, slug, schedule_id, "resume")
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def schedule_delete(request: HtmxHttpRequest, slug: str, schedule_id: int) -> HttpResponse:
     return _verb(request, slug, schedule_id, "delete")

@@ -5,14 +5,24 @@ and every htmx answer."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET
 
-from console.views import HtmxHttpRequest, fragment_or_page, not_found_as_404, toast, wants_fragment, workspace_context
+from console.views import (
+    HtmxHttpRequest,
+    console_post,
+    fragment_or_page,
+    not_found_as_404,
+    refused_form,
+    refused_verb,
+    wants_fragment,
+    workspace_context,
+)
 from runs import kernel, selectors
 from runs.schemas import parse_body
 from schedules import triggers
@@ -54,14 +64,12 @@ def _form_body(post: Any) -> dict[str, Any]:
 
 
 def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, **extra: Any) -> HttpResponse:
-    context = _context(request, workspace, **extra)
-    page = "console/_triggers.html" if wants_fragment(request) else "console/triggers.html"
-    return render(request, page, context, status=status)
+    return fragment_or_page(
+        request, "console/triggers.html", "console/_triggers.html", _context(request, workspace, **extra), status
+    )
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def trigger_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     if not has_write_standing(request.user, workspace.pk):
@@ -69,9 +77,7 @@ def trigger_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     try:
         trigger, secret = triggers.create(workspace=workspace, user=request.user, body=_form_body(request.POST))
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Not saved:", detail=f"{error.key}: {error.detail}", status=error.status)
-        return _answer(request, workspace, status=error.status, error=f"{error.key}: {error.detail}", form=request.POST)
+        return refused_form(request, error, partial(_answer, request, workspace))
     # The secret is in this answer only (never stored, never shown again): a plain POST gets the
     # page with it too, not a redirect that would lose it.
     return _answer(
@@ -79,18 +85,14 @@ def trigger_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     )
 
 
-@require_POST
-@login_required
-@not_found_as_404
+@console_post
 def trigger_delete(request: HtmxHttpRequest, slug: str, trigger_id: int) -> HttpResponse:
     workspace = selectors.workspace_for(request.user, slug)
     try:
         name = triggers.trigger_for(workspace, trigger_id).name
         triggers.delete(workspace=workspace, user=request.user, trigger_id=trigger_id)
     except kernel.KernelError as error:
-        if wants_fragment(request):
-            return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
-        return _answer(request, workspace, status=error.status, error=error.detail)
+        return refused_verb(request, error, partial(_answer, request, workspace))
     if not wants_fragment(request):
         return redirect("triggers", slug=workspace.slug)
     return _answer(request, workspace, notice=f"Deleted {name}: its URL starts nothing now.")

@@ -65,7 +65,7 @@ urlpatterns = [
     path("w/<slug:slug>/settings/walls/<int:wall_id>/delete/", walls.delete_wall, name="workspace_wall_delete"),
     path("w/<slug:slug>/settings/approvers/", approvers.save_group, name="workspace_approver_group_save"),
     path(
-        "w/<slug:slug>/settings/approvers/<int:group_id>/delete/",
+        "w/<slug:slug>/settings/approvers/<int:approver_group_id>/delete/",
         approvers.delete_group,
         name="workspace_approver_group_delete",
     ),

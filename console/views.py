@@ -12,10 +12,12 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
 from django_htmx.middleware import HtmxDetails
 
 from runs import kernel, selectors
@@ -49,11 +51,31 @@ def wants_fragment(request: HtmxHttpRequest) -> bool:
     return bool(request.htmx) and not request.htmx.boosted
 
 
-def fragment_or_page(request: HtmxHttpRequest, page: str, fragment: str, context: dict[str, Any]) -> HttpResponse:
+def fragment_or_page(
+    request: HtmxHttpRequest, page: str, fragment: str, context: dict[str, Any], status: int = 200
+) -> HttpResponse:
     """One URL answers the full page and, for htmx, the fragment the page includes."""
-    response = render(request, fragment if wants_fragment(request) else page, context)
+    response = render(request, fragment if wants_fragment(request) else page, context, status=status)
     patch_vary_headers(response, ("HX-Request",))
     return response
+
+
+def refused_form(request: HtmxHttpRequest, error: kernel.KernelError, answer: Callable[..., HttpResponse]) -> HttpResponse:
+    """A create form the kernel refused (its key and detail said): for htmx a toast, the form
+    staying as typed for a correction; without JavaScript `answer(status=, error=, form=)`, the
+    page again with the refusal and the form as typed."""
+    said = f"{error.key}: {error.detail}"
+    if wants_fragment(request):
+        return toast(request, ok=False, title="Not saved:", detail=said, status=error.status)
+    return answer(status=error.status, error=said, form=request.POST)
+
+
+def refused_verb(request: HtmxHttpRequest, error: kernel.KernelError, answer: Callable[..., HttpResponse]) -> HttpResponse:
+    """A button's verb the kernel refused: for htmx a toast, the page staying as it is; without
+    JavaScript `answer(status=, error=)`, the answer that shows the refusal."""
+    if wants_fragment(request):
+        return toast(request, ok=False, title="Refused:", detail=error.detail, status=error.status)
+    return answer(status=error.status, error=error.detail)
 
 
 def fingerprint(html: str) -> str:
@@ -129,6 +151,27 @@ def settings_refused(request: HttpRequest, workspace: Workspace) -> HttpResponse
     if has_write_standing(request.user, workspace.pk):
         return None
     return render(request, "console/settings_forbidden.html", workspace_context(request, workspace, "settings"), status=403)
+
+
+def console_post(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A console write: POST only (405 otherwise), signed in, a selector's NotFound as the 404."""
+    return require_POST(login_required(not_found_as_404(view)))
+
+
+def settings_write(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A Settings section's write (walls, approver groups, deadlines): a POST by a signed-in operator
+    of the workspace `slug`, which the view is given; a non-member gets the 404, anyone else the
+    403 page, and neither reaches the view."""
+
+    @console_post
+    @wraps(view)
+    def wrapper(request: HtmxHttpRequest, slug: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        workspace = selectors.workspace_for(request.user, slug)
+        if refused := settings_refused(request, workspace):
+            return refused
+        return view(request, workspace, *args, **kwargs)
+
+    return wrapper
 
 
 def settings_section(

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.views.decorators.http import require_POST
 
-from console.views import HtmxHttpRequest, not_found_as_404, settings_refused, settings_section
+from console.views import HtmxHttpRequest, settings_section, settings_write
 from oz0agents.models import Agent
-from runs import selectors, walls
+from runs import walls
 from runs.kernel import KernelError
 from tenancy.models import Membership, Wall, Workspace
 
@@ -30,14 +28,9 @@ def _answer(request: HtmxHttpRequest, workspace: Workspace, status: int = 200, *
     return settings_section(request, workspace, "console/_walls.html", walls_context(workspace, **state), status)
 
 
-@require_POST
-@login_required
-@not_found_as_404
-def save_wall(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+@settings_write
+def save_wall(request: HtmxHttpRequest, workspace: Workspace) -> HttpResponse:
     """Put a wall up, or give an agent's wall its new members."""
-    workspace = selectors.workspace_for(request.user, slug)
-    if refused := settings_refused(request, workspace):
-        return refused
     agent = str(request.POST.get("agent", ""))
     body = {"agent": agent, "members": request.POST.getlist("members")}
     try:
@@ -51,12 +44,7 @@ def save_wall(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return _answer(request, workspace, saved=agent)
 
 
-@require_POST
-@login_required
-@not_found_as_404
-def delete_wall(request: HtmxHttpRequest, slug: str, wall_id: int) -> HttpResponse:
-    workspace = selectors.workspace_for(request.user, slug)
-    if refused := settings_refused(request, workspace):
-        return refused
+@settings_write
+def delete_wall(request: HtmxHttpRequest, workspace: Workspace, wall_id: int) -> HttpResponse:
     walls.delete(workspace=workspace, wall_id=wall_id)
     return _answer(request, workspace)

@@ -229,12 +229,16 @@ def tell(wait: DueWait, now: datetime, send: Send, book: Book) -> int | None:
     return notice_id
 
 
-def sweep(send: Send, now: datetime | None = None, *, workspace_ids: Sequence[int] | None = None) -> list[int]:
-    """Tell every due stage of every wait once (in every workspace, or those named); the notices written."""
+def sweep(
+    send: Send, now: datetime | None = None, *, workspace_ids: Sequence[int] | None = None, batch: int = SWEEP_BATCH
+) -> list[int]:
+    """Tell the due stages of waits once (in every workspace, or those named); the notices written.
+    A pass tells at most `batch` per kind and stage, the oldest first; what it told is no longer
+    due, so a larger backlog is told over the next passes, in order of age."""
     now = now or timezone.now()
     book = Book()
     told = []
-    for wait in due_waits(now, workspace_ids=workspace_ids):
+    for wait in due_waits(now, workspace_ids=workspace_ids, batch=batch):
         notice = tell(wait, now, send, book)
         if notice is not None:
             told.append(notice)

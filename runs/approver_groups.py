@@ -2,7 +2,7 @@
 when waiting work reminds its owners and escalates (tenancy/approvers.py holds the rules).
 
 Every write checks its whole body before it changes anything: a refusal is typed (400 with a key
-per field, 409 for a name taken) and leaves the groups as they were. Groups are no secret: every
+per field, `not_an_operator` for a member who may not decide, 409 for a name taken) and leaves the groups as they were. Groups are no secret: every
 member may list them (the inbox tells each person whose a call is).
 """
 
@@ -28,7 +28,7 @@ from tenancy.approvers import (
     pattern_problem,
     set_deadlines,
 )
-from tenancy.models import ApproverGroup, Workspace
+from tenancy.models import ApproverGroup, Membership, Role, Workspace
 
 GROUP_FIELDS = {"name", "tools", "members", "two_approvers", "escalate_to"}
 DEADLINE_FIELDS = {"reminder_seconds", "escalation_seconds", "escalate_to"}
@@ -100,13 +100,27 @@ def _escalation_group(workspace: Workspace, value: Any, *, not_named: str | None
     return group
 
 
+def _deciders(workspace: Workspace, names: Any) -> list[Any]:
+    """The group's members: operators of the workspace, as only operators decide calls (a group
+    narrows who decides, never widens it); anyone else is `not_an_operator`."""
+    members = workspace_members(workspace, names, most=GROUP_MEMBERS_MAX, what="a group")
+    operators = set(
+        Membership.objects.filter(workspace=workspace, role=Role.OPERATOR, user__in=members).values_list("user_id", flat=True)
+    )
+    others = [member.get_username() for member in members if member.pk not in operators]
+    if others:
+        shown = ", ".join(repr(name) for name in others[:5])
+        raise InvalidRequest("not_an_operator", f"only operators decide calls; not operators of this workspace: {shown}")
+    return members
+
+
 def _checked(workspace: Workspace, body: Any) -> dict[str, Any]:
     fields = body_fields(body, allowed=GROUP_FIELDS)
     name = _name(fields)
     return {
         "name": name,
         "tools": _tools(fields),
-        "members": workspace_members(workspace, fields.get("members"), most=GROUP_MEMBERS_MAX, what="a group"),
+        "members": _deciders(workspace, fields.get("members")),
         "two_approvers": _two_approvers(fields),
         "escalate_to": _escalation_group(workspace, fields.get("escalate_to"), not_named=name),
     }

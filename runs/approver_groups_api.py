@@ -8,11 +8,11 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router
 
-from oz0site.auth import person_auth
 from runs import approver_groups, selectors
-from runs.api import ERRORS, body_of
+from runs.api import body_of
 from runs.schemas import Out, Page
 from runs.settings_input import request_body
+from runs.workspace_routes import member_read, operator_write
 from tenancy.approvers import DEADLINE_MAX_SECONDS, GROUP_MEMBERS_MAX, PATTERN_MAX, PATTERNS_MAX
 
 router = Router(tags=["approvers"])
@@ -72,10 +72,10 @@ DEADLINES_BODY = {
 }
 
 
-@router.get(
+@member_read(
+    router,
     "/workspaces/{ws}/approver-groups",
-    auth=person_auth("viewer", where="ws", rate="read"),
-    response={200: Page[ApproverGroupOut], **ERRORS},
+    Page[ApproverGroupOut],
     summary="The workspace's approver groups: who decides calls of which tools",
 )
 def list_groups(request: HttpRequest, ws: str) -> dict[str, Any]:
@@ -83,11 +83,13 @@ def list_groups(request: HttpRequest, ws: str) -> dict[str, Any]:
     return {"items": [approver_groups.document(g) for g in approver_groups.groups_in(workspace)], "next": None}
 
 
-@router.post(
+@operator_write(
+    router,
+    "POST",
     "/workspaces/{ws}/approver-groups",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={201: ApproverGroupOut, **ERRORS},
-    openapi_extra=request_body(["name", "tools", "members"], GROUP_BODY),
+    ApproverGroupOut,
+    status=201,
+    body=request_body(["name", "tools", "members"], GROUP_BODY),
     summary="Make an approver group (409 group_exists when the name is taken)",
 )
 def create_group(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
@@ -96,47 +98,49 @@ def create_group(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
     return 201, approver_groups.document(approver_groups.with_members(group))
 
 
-@router.put(
-    "/workspaces/{ws}/approver-groups/{group_id}",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={200: ApproverGroupOut, **ERRORS},
-    openapi_extra=request_body(["name", "tools", "members"], GROUP_BODY),
+@operator_write(
+    router,
+    "PUT",
+    "/workspaces/{ws}/approver-groups/{approver_group_id}",
+    ApproverGroupOut,
+    body=request_body(["name", "tools", "members"], GROUP_BODY),
     summary="Replace an approver group's name, tools, members and options",
 )
-def replace_group(request: HttpRequest, ws: str, group_id: int) -> dict[str, Any]:
+def replace_group(request: HttpRequest, ws: str, approver_group_id: int) -> dict[str, Any]:
     workspace = selectors.workspace_for(request.user, ws)
-    group = approver_groups.replace(workspace=workspace, group_id=group_id, body=body_of(request))
+    group = approver_groups.replace(workspace=workspace, group_id=approver_group_id, body=body_of(request))
     return approver_groups.document(approver_groups.with_members(group))
 
 
-@router.delete(
-    "/workspaces/{ws}/approver-groups/{group_id}",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={204: None, **ERRORS},
+@operator_write(
+    router,
+    "DELETE",
+    "/workspaces/{ws}/approver-groups/{approver_group_id}",
+    None,
+    status=204,
     summary="Delete an approver group (its calls go back to the operators)",
 )
-def delete_group(request: HttpRequest, ws: str, group_id: int) -> tuple[int, None]:
+def delete_group(request: HttpRequest, ws: str, approver_group_id: int) -> tuple[int, None]:
     workspace = selectors.workspace_for(request.user, ws)
-    approver_groups.delete(workspace=workspace, group_id=group_id)
+    approver_groups.delete(workspace=workspace, group_id=approver_group_id)
     return 204, None
 
 
-@router.get(
-    "/workspaces/{ws}/wait-deadlines",
-    auth=person_auth("viewer", where="ws", rate="read"),
-    response={200: WaitDeadlinesOut, **ERRORS},
-    summary="When waiting work reminds its owners and escalates",
+@member_read(
+    router, "/workspaces/{ws}/wait-deadlines", WaitDeadlinesOut, summary="When waiting work reminds its owners and escalates"
 )
 def read_deadlines(request: HttpRequest, ws: str) -> dict[str, Any]:
     return approver_groups.deadlines_document(selectors.workspace_for(request.user, ws))
 
-
-@router.put(
-    "/workspaces/{ws}/wait-deadlines",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={200: WaitDeadlinesOut, **ERRORS},
     # Every field may be left out (null): an empty body puts the install's defaults back.
-    openapi_extra=request_body([], DEADLINES_BODY, optional=True),
+
+
+@operator_write(
+    router,
+    "PUT",
+    "/workspaces/{ws}/wait-deadlines",
+    WaitDeadlinesOut,
+    body=request_body([], DEADLINES_BODY, optional=True),
     summary="Set the reminder and escalation times (null or left out: the install's default; 0: off)",
 )
 def replace_deadlines(request: HttpRequest, ws: str) -> dict[str, Any]:

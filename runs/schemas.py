@@ -191,6 +191,13 @@ def _nullable(model: type[BaseModel]) -> WithJsonSchema:
     return WithJsonSchema({"anyOf": [model.model_json_schema(), {"type": "null"}]})
 
 
+class FirstApproval(TypedDict):
+    """The first of a two-approver call's two approvals: who gave it (a username) and when (RFC 3339)."""
+
+    by: str
+    at: str
+
+
 @with_config(ConfigDict(extra="allow"))
 class TaskDocument(TypedDict):
     """A task's document: the one definition of its shape. `runs.selectors.task_document` builds
@@ -215,6 +222,9 @@ class TaskDocument(TypedDict):
     spec: dict[str, Any]
     # A delegate task's latest child run: {id, status}.
     child: NotRequired[dict[str, Any]]
+    # A call waiting for its second approver (its approver group asks for two, issue 31): the first
+    # approval given to the call as it stands (an edit since starts over), as the inbox shows it.
+    first_approval: NotRequired[FirstApproval]
     # A harnessed round's session (F7, issue 29): active, released (waiting on a person, its process
     # kept, no thread nor slot held), parked (its state stored, no process), waiting_for_slot,
     # queued, or null once it ended.

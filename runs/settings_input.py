@@ -1,8 +1,10 @@
-"""What a workspace setting's body holds, checked alike for every setting that names people: a JSON
-object with known fields only, and usernames of the workspace's members (walls, approver groups)."""
+"""What a workspace setting's body holds, checked alike for every managed collection: a JSON object
+with known fields only (walls, approver groups, schedules, triggers), and usernames of the
+workspace's members (walls, approver groups)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -13,10 +15,12 @@ from tenancy.models import Membership, Workspace
 USERNAME_MAX = 150
 
 
-def body_fields(body: Any, *, allowed: set[str]) -> dict[str, Any]:
+def body_fields(body: Any, *, allowed: Collection[str]) -> dict[str, Any]:
+    """The body as a JSON object of the `allowed` fields only (`invalid_request`, `unknown_field`)."""
     if not isinstance(body, dict):
         raise InvalidRequest("invalid_request", "the body must be a JSON object")
-    unknown = sorted(str(name) for name in set(body) - allowed)
+    # Named shortened: a field's name is the caller's text, of any length.
+    unknown = sorted(str(name)[:40] for name in body if name not in allowed)
     if unknown:
         raise InvalidRequest("unknown_field", f"unknown fields: {', '.join(unknown[:5])}")
     return body

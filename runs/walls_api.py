@@ -7,11 +7,11 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router
 
-from oz0site.auth import person_auth
 from runs import selectors, walls
-from runs.api import ERRORS, body_of
+from runs.api import body_of
 from runs.schemas import Out, Page
 from runs.settings_input import request_body
+from runs.workspace_routes import member_read, operator_write
 
 router = Router(tags=["walls"])
 
@@ -30,10 +30,10 @@ AGENT = {"type": "string", "pattern": r"^[a-z][a-z0-9_.-]*$", "maxLength": 100}
 MEMBERS = {"type": "array", "maxItems": walls.MEMBERS_MAX, "items": {"type": "string", "minLength": 1, "maxLength": 150}}
 
 
-@router.get(
+@member_read(
+    router,
     "/workspaces/{ws}/walls",
-    auth=person_auth("viewer", where="ws", rate="read"),
-    response={200: Page[WallOut], **ERRORS},
+    Page[WallOut],
     summary="The workspace's walls: whose members read none of an agent's runs' words",
 )
 def list_walls(request: HttpRequest, ws: str) -> dict[str, Any]:
@@ -41,11 +41,13 @@ def list_walls(request: HttpRequest, ws: str) -> dict[str, Any]:
     return {"items": [walls.document(w) for w in walls.walls_of(workspace)], "next": None}
 
 
-@router.post(
+@operator_write(
+    router,
+    "POST",
     "/workspaces/{ws}/walls",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={201: WallOut, **ERRORS},
-    openapi_extra=request_body(["agent", "members"], {"agent": AGENT, "members": MEMBERS}),
+    WallOut,
+    status=201,
+    body=request_body(["agent", "members"], {"agent": AGENT, "members": MEMBERS}),
     summary="Wall members off from an agent's runs' words (409 wall_exists when the agent has one)",
 )
 def create_wall(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
@@ -53,11 +55,12 @@ def create_wall(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
     return 201, walls.document(walls.create(workspace=workspace, user=request.user, body=body_of(request)))
 
 
-@router.put(
+@operator_write(
+    router,
+    "PUT",
     "/workspaces/{ws}/walls/{wall_id}",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={200: WallOut, **ERRORS},
-    openapi_extra=request_body(["members"], {"members": MEMBERS}),
+    WallOut,
+    body=request_body(["members"], {"members": MEMBERS}),
     summary="Replace the members behind a wall",
 )
 def change_wall(request: HttpRequest, ws: str, wall_id: int) -> dict[str, Any]:
@@ -65,12 +68,7 @@ def change_wall(request: HttpRequest, ws: str, wall_id: int) -> dict[str, Any]:
     return walls.document(walls.replace_members(workspace=workspace, wall_id=wall_id, body=body_of(request)))
 
 
-@router.delete(
-    "/workspaces/{ws}/walls/{wall_id}",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={204: None, **ERRORS},
-    summary="Take a wall down",
-)
+@operator_write(router, "DELETE", "/workspaces/{ws}/walls/{wall_id}", None, status=204, summary="Take a wall down")
 def delete_wall(request: HttpRequest, ws: str, wall_id: int) -> tuple[int, None]:
     workspace = selectors.workspace_for(request.user, ws)
     walls.delete(workspace=workspace, wall_id=wall_id)

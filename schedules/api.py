@@ -12,10 +12,10 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router
 
-from oz0site.auth import person_auth
 from runs import selectors
 from runs.api import ERRORS, body_of
 from runs.schemas import ErrorOut, Out, Page
+from runs.workspace_routes import member_read, operator_write
 from schedules import services, triggers
 from schedules.models import OUTCOMES, OVERLAPS
 
@@ -89,10 +89,10 @@ CREATE_BODY = _body_schema(["name", "run"], {"paused": {"type": "boolean", "defa
 CHANGE_BODY = _body_schema([], {}, minProperties=1)
 
 
-@router.get(
+@member_read(
+    router,
     "/workspaces/{ws}/schedules",
-    auth=person_auth("viewer", where="ws", rate="read"),
-    response={200: Page[ScheduleOut], **ERRORS},
+    Page[ScheduleOut],
     summary="The workspace's schedules and their next fire times (one page)",
 )
 def list_schedules(request: HttpRequest, ws: str) -> dict[str, Any]:
@@ -100,11 +100,13 @@ def list_schedules(request: HttpRequest, ws: str) -> dict[str, Any]:
     return {"items": [services.document(request.user, s) for s in services.schedules_of(workspace)], "next": None}
 
 
-@router.post(
+@operator_write(
+    router,
+    "POST",
     "/workspaces/{ws}/schedules",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={201: ScheduleOut, **ERRORS},
-    openapi_extra=CREATE_BODY,
+    ScheduleOut,
+    status=201,
+    body=CREATE_BODY,
     summary="Create a schedule: a run-create body started on a cron or an interval",
 )
 def create_schedule(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
@@ -113,22 +115,18 @@ def create_schedule(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]
     return 201, services.document(request.user, schedule)
 
 
-@router.get(
-    "/workspaces/{ws}/schedules/{schedule_id}",
-    auth=person_auth("viewer", where="ws", rate="read"),
-    response={200: ScheduleOut, **ERRORS},
-    summary="One schedule",
-)
+@member_read(router, "/workspaces/{ws}/schedules/{schedule_id}", ScheduleOut, summary="One schedule")
 def read_schedule(request: HttpRequest, ws: str, schedule_id: int) -> dict[str, Any]:
     workspace = selectors.workspace_for(request.user, ws)
     return services.document(request.user, services.schedule_for(request.user, workspace, schedule_id))
 
 
-@router.patch(
+@operator_write(
+    router,
+    "PATCH",
     "/workspaces/{ws}/schedules/{schedule_id}",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={200: ScheduleOut, **ERRORS},
-    openapi_extra=CHANGE_BODY,
+    ScheduleOut,
+    body=CHANGE_BODY,
     summary="Change a schedule (a new timing counts from now)",
 )
 def change_schedule(request: HttpRequest, ws: str, schedule_id: int) -> dict[str, Any]:
@@ -137,21 +135,17 @@ def change_schedule(request: HttpRequest, ws: str, schedule_id: int) -> dict[str
     return services.document(request.user, schedule)
 
 
-@router.post(
-    "/workspaces/{ws}/schedules/{schedule_id}/pause",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={200: ScheduleOut, **ERRORS},
-    summary="Pause a schedule",
-)
+@operator_write(router, "POST", "/workspaces/{ws}/schedules/{schedule_id}/pause", ScheduleOut, summary="Pause a schedule")
 def pause_schedule(request: HttpRequest, ws: str, schedule_id: int) -> dict[str, Any]:
     workspace = selectors.workspace_for(request.user, ws)
     return services.document(request.user, services.pause(workspace=workspace, user=request.user, schedule_id=schedule_id))
 
 
-@router.post(
+@operator_write(
+    router,
+    "POST",
     "/workspaces/{ws}/schedules/{schedule_id}/resume",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={200: ScheduleOut, **ERRORS},
+    ScheduleOut,
     summary="Resume a schedule (times passed while paused are not caught up)",
 )
 def resume_schedule(request: HttpRequest, ws: str, schedule_id: int) -> dict[str, Any]:
@@ -159,10 +153,12 @@ def resume_schedule(request: HttpRequest, ws: str, schedule_id: int) -> dict[str
     return services.document(request.user, services.resume(workspace=workspace, user=request.user, schedule_id=schedule_id))
 
 
-@router.delete(
+@operator_write(
+    router,
+    "DELETE",
     "/workspaces/{ws}/schedules/{schedule_id}",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={204: None, **ERRORS},
+    None,
+    status=204,
     summary="Delete a schedule (its audit rows stay)",
 )
 def delete_schedule(request: HttpRequest, ws: str, schedule_id: int) -> tuple[int, None]:
@@ -171,10 +167,10 @@ def delete_schedule(request: HttpRequest, ws: str, schedule_id: int) -> tuple[in
     return 204, None
 
 
-@router.get(
+@member_read(
+    router,
     "/workspaces/{ws}/schedules/{schedule_id}/firings",
-    auth=person_auth("viewer", where="ws", rate="read"),
-    response={200: Page[FiringOut], **ERRORS},
+    Page[FiringOut],
     summary=f"A schedule's firings, newest first ({', '.join(OUTCOMES)})",
 )
 def schedule_firings(request: HttpRequest, ws: str, schedule_id: int, cursor: str | None = None) -> dict[str, Any]:
@@ -182,10 +178,10 @@ def schedule_firings(request: HttpRequest, ws: str, schedule_id: int, cursor: st
     return services.firings_page(services.schedule_for(request.user, workspace, schedule_id), cursor)
 
 
-@router.get(
+@member_read(
+    router,
     "/workspaces/{ws}/schedule-events",
-    auth=person_auth("viewer", where="ws", rate="read"),
-    response={200: Page[ScheduleEventOut], **ERRORS},
+    Page[ScheduleEventOut],
     summary="Who created, changed, paused, resumed or deleted the workspace's schedules and triggers, newest first",
 )
 def schedule_events(request: HttpRequest, ws: str, cursor: str | None = None) -> dict[str, Any]:
@@ -278,22 +274,21 @@ TRIGGER_BODY = {
 }
 
 
-@router.get(
-    "/workspaces/{ws}/triggers",
-    auth=person_auth("viewer", where="ws", rate="read"),
-    response={200: Page[TriggerOut], **ERRORS},
-    summary="The workspace's signed triggers (never their secrets)",
+@member_read(
+    router, "/workspaces/{ws}/triggers", Page[TriggerOut], summary="The workspace's signed triggers (never their secrets)"
 )
 def list_triggers(request: HttpRequest, ws: str) -> dict[str, Any]:
     workspace = selectors.workspace_for(request.user, ws)
     return {"items": [triggers.document(t) for t in triggers.triggers_of(workspace)], "next": None}
 
 
-@router.post(
+@operator_write(
+    router,
+    "POST",
     "/workspaces/{ws}/triggers",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={201: TriggerCreated, **ERRORS},
-    openapi_extra=TRIGGER_BODY,
+    TriggerCreated,
+    status=201,
+    body=TRIGGER_BODY,
     summary="Create a signed trigger (its secret is shown once, in this answer)",
 )
 def create_trigger(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
@@ -303,12 +298,7 @@ def create_trigger(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
     return 201, response
 
 
-@router.delete(
-    "/workspaces/{ws}/triggers/{trigger_id}",
-    auth=person_auth("operator", where="ws", rate="write"),
-    response={204: None, **ERRORS},
-    summary="Delete a signed trigger",
-)
+@operator_write(router, "DELETE", "/workspaces/{ws}/triggers/{trigger_id}", None, status=204, summary="Delete a signed trigger")
 def delete_trigger(request: HttpRequest, ws: str, trigger_id: int) -> tuple[int, None]:
     workspace = selectors.workspace_for(request.user, ws)
     triggers.delete(workspace=workspace, user=request.user, trigger_id=trigger_id)

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from runs import kernel, selectors
 from runs.kernel import Conflict, InvalidRequest, NotFound
+from runs.settings_input import body_fields
 from schedules import timing
 from schedules.models import OVERLAPS, Firing, Schedule, ScheduleEvent
 from tenancy.models import Role, Workspace
@@ -25,12 +26,6 @@ UPCOMING = 5
 NAME = re.compile(r"[-a-zA-Z0-9_]{1,64}")
 FIELDS = frozenset({"name", "run", "cron", "timezone", "interval_seconds", "overlap", "catch_up", "paused"})
 TIMING_FIELDS = ("cron", "timezone", "interval_seconds")
-
-
-def _refuse_unknown(body: Mapping[str, Any]) -> None:
-    unknown = sorted(str(k)[:40] for k in body if k not in FIELDS)
-    if unknown:
-        raise InvalidRequest("unknown_field", f"unknown field(s): {', '.join(unknown)}")
 
 
 def _name(value: Any) -> str:
@@ -84,10 +79,7 @@ def _timing(body: Mapping[str, Any], current: Schedule | None) -> dict[str, Any]
 
 
 def _body(value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidRequest("invalid_request", "the body must be a JSON object")
-    _refuse_unknown(value)
-    return value
+    return body_fields(value, allowed=FIELDS)
 
 
 def _next_fire(schedule: Schedule, after: datetime) -> datetime:

@@ -35,6 +35,7 @@ from oz0site import ratelimit
 from runs import kernel
 from runs.kernel import Conflict, InvalidRequest, KernelError, NotFound
 from runs.schemas import parse_body
+from runs.settings_input import body_fields
 from schedules.models import ScheduleEvent, Trigger, TriggerDelivery
 from tenancy.models import Workspace
 
@@ -140,11 +141,7 @@ def idempotency_key(trigger: Trigger, request: HttpRequest, posted: Any) -> str:
 def create(*, workspace: Workspace, user: Any, body: Any) -> tuple[Trigger, str]:
     """A new trigger and its secret (returned once, never stored)."""
     kernel.require_write(user, workspace.pk)
-    if not isinstance(body, Mapping):
-        raise InvalidRequest("invalid_request", "the body must be a JSON object")
-    unknown = sorted(str(k)[:40] for k in body if k not in TRIGGER_FIELDS)
-    if unknown:
-        raise InvalidRequest("unknown_field", f"unknown field(s): {', '.join(unknown)}")
+    body = body_fields(body, allowed=TRIGGER_FIELDS)
     name = body.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise InvalidRequest("invalid_name", "a trigger's name is 1 to 64 letters, digits, - or _")

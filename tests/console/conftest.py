@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,10 @@ class ConsoleServer:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
 
 
-@pytest.fixture(scope="session")
-def console_server(live_stack: LiveStack) -> Iterator[ConsoleServer]:
-    port = _free_port()
-    log = live_stack.workdir / "daphne.log"
-    env = {**live_stack.env, "ALLOWED_HOSTS": "127.0.0.1,localhost", "DEBUG": "1", "PYTHONUNBUFFERED": "1"}
+@contextmanager
+def daphne(env: dict[str, str], log: Path, port: int, *, start_seconds: float = 30) -> Iterator[ConsoleServer]:
+    """oz0 served by daphne on loopback `port` with `env` (its output in `log`), ready once its sign-in
+    page answers; stopped with its whole session when the block ends."""
     process = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "oz0site.asgi:application"],
         cwd=ROOT,
@@ -61,7 +61,7 @@ def console_server(live_stack: LiveStack) -> Iterator[ConsoleServer]:
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + start_seconds
     while True:
         try:
             with urllib.request.urlopen(f"{url}/login/", timeout=2) as response:
@@ -70,6 +70,7 @@ def console_server(live_stack: LiveStack) -> Iterator[ConsoleServer]:
         except OSError:
             pass
         if time.monotonic() > deadline or process.poll() is not None:
+            os.killpg(process.pid, signal.SIGKILL)
             raise RuntimeError("daphne did not start:\n" + log.read_text(errors="replace")[-3000:])
         time.sleep(0.2)
     try:
@@ -80,6 +81,13 @@ def console_server(live_stack: LiveStack) -> Iterator[ConsoleServer]:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def console_server(live_stack: LiveStack) -> Iterator[ConsoleServer]:
+    env = {**live_stack.env, "ALLOWED_HOSTS": "127.0.0.1,localhost", "DEBUG": "1", "PYTHONUNBUFFERED": "1"}
+    with daphne(env, live_stack.workdir / "daphne.log", _free_port()) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

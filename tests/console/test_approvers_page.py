@@ -139,10 +139,19 @@ def test_approve_many_in_the_console_leaves_out_calls_that_are_not_yours(team: T
 # ---- the Settings section ----
 
 
-def test_an_operator_sees_the_section_with_the_people_and_the_deadlines_in_force(team: Team) -> None:
+def approvers_section(page: str) -> str:
+    start = page.index('<section id="approvers"')
+    return page[start : page.index("</section>", start)]
+
+
+def test_an_operator_sees_the_section_with_the_operators_and_the_deadlines_in_force(team: Team) -> None:
     page = browser(team.users["operator"]).get(f"/w/{team.slug}/settings/").content.decode()
-    assert '<section id="approvers"' in page and "No approver groups" in page
-    assert f'value="{team.users["reader"].username}"' in page
+    section = approvers_section(page)
+    assert "No approver groups" in section
+    # Only operators decide calls: the form offers no one else as a member.
+    assert f'value="{team.users["operator"].username}"' in section
+    assert f'value="{team.users["reader"].username}"' not in section
+    assert f'value="{team.users["viewer"].username}"' not in section
     assert "In force: reminder after 1h 00m, escalation after 4h 00m" in page
 
 
@@ -161,15 +170,15 @@ def test_no_one_but_an_operator_changes_groups_or_deadlines(team: Team, role: st
 
 def test_an_operator_makes_changes_and_deletes_a_group_with_htmx(team: Team) -> None:
     client = browser(team.users["operator"])
-    reader, operator = team.users["reader"].username, team.users["operator"].username
-    form = {"name": "finance", "tools": "payments.*, refunds.issue", "members": [reader], "two_approvers": "1"}
+    first, operator = make_member(workspace=team.workspace, role="operator").username, team.users["operator"].username
+    form = {"name": "finance", "tools": "payments.*, refunds.issue", "members": [first], "two_approvers": "1"}
     answer = client.post(f"/w/{team.slug}/settings/approvers/", form, **HTMX)
     assert answer.status_code == 200 and "Saved the approver group finance" in answer.content.decode()
     row = ApproverGroup.objects.get(workspace=team.workspace, name="finance")
     assert (row.tools, row.two_approvers, [m.username for m in row.members.all()]) == (
         ["payments.*", "refunds.issue"],
         True,
-        [reader],
+        [first],
     )
     changed = client.post(f"/w/{team.slug}/settings/approvers/", {**form, "members": [operator], "two_approvers": ""}, **HTMX)
     assert changed.status_code == 200 and ApproverGroup.objects.filter(workspace=team.workspace).count() == 1
@@ -181,6 +190,14 @@ def test_an_operator_makes_changes_and_deletes_a_group_with_htmx(team: Team) -> 
         and "No approver groups" in gone.content.decode()
         and not ApproverGroup.objects.filter(workspace=team.workspace).exists()
     )
+
+
+def test_a_member_who_is_not_an_operator_is_refused_in_the_page_and_nothing_is_saved(team: Team) -> None:
+    client = browser(team.users["operator"])
+    form = {"name": "finance", "tools": "payments.*", "members": [team.users["reader"].username]}
+    answer = client.post(f"/w/{team.slug}/settings/approvers/", form, **HTMX)
+    assert answer.status_code == 400 and "only operators decide calls" in answer.content.decode()
+    assert not ApproverGroup.objects.filter(workspace=team.workspace).exists()
 
 
 def test_a_bad_pattern_is_refused_in_the_page_and_nothing_is_saved(team: Team) -> None:

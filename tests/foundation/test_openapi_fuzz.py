@@ -236,7 +236,7 @@ def _made_valid(case: Any, stage: Stage) -> None:
         case.body = fuzz_valid.wall(body, next(_cases), create=operation[0] == "POST")
     elif operation in (
         ("POST", "/workspaces/{ws}/approver-groups"),
-        ("PUT", "/workspaces/{ws}/approver-groups/{group_id}"),
+        ("PUT", "/workspaces/{ws}/approver-groups/{approver_group_id}"),
     ):
         case.body = fuzz_valid.approver_group(body, next(_cases), create=operation[0] == "POST")
     elif operation == ("PUT", "/workspaces/{ws}/wait-deadlines"):

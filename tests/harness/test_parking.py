@@ -189,7 +189,7 @@ class SessionThread:
 
     def join(self) -> None:
         self.thread.join(SLOW)
-        assert not self.thread.is_alive()
+        assert not self.thread.is_alive(), "the session kept its thread"
 
 
 @pytest.mark.spec("F7")

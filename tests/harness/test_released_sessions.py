@@ -32,6 +32,9 @@ from runs.worker.harness.keeper import keeper
 from tests.conftest import Team, wait_for
 from tests.harness.conftest import harness_manifest, jsonl_manifest, record_path, records
 
+# The session worker's thread is the parking tests' own: a released session runs on the same one.
+from tests.harness.test_parking import SessionThread
+
 SLOW = 60
 ASKS = [{"ask": "Ship it?"}, {"done": "$last"}]
 
@@ -47,27 +50,6 @@ def releasing(harness_team: Team, settings: Any) -> Iterator[Team]:
         if left is not None:
             left.stop()
     keeper().database.submit(lambda: connection.close()).result(timeout=SLOW)
-
-
-class SessionThread:
-    """A session worker's thread: `execute_session`, under the workspace's cap."""
-
-    def __init__(self, run: Run) -> None:
-        self.task_id = Task.objects.get(run=run, key="r1").pk
-        self.run_id = str(run.pk)
-        self.took: bool | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.took = execute_session(self.task_id, self.run_id)
-        finally:
-            connection.close()
-
-    def join(self) -> None:
-        self.thread.join(SLOW)
-        assert not self.thread.is_alive(), "the session kept its thread"
 
 
 def _start(team: Team, name: str, script: list[dict[str, Any]] = ASKS, **kwargs: Any) -> Run:

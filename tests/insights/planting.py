@@ -233,7 +233,9 @@ def concrete_urls(route: str, *, runs: list[Run], slug: str, agent: str) -> list
         return "/" + PARAM.sub(one, route)
 
     if "group_id" in names:
-        # The failure groups of the planted runs (their pages show a shape to who may read it).
+        # The failure groups of the planted runs (their pages show a shape to who may read it). The
+        # name is a failure group's alone: an approver group is `approver_group_id`, which holds no
+        # run's words and is filled like any other id.
         from insights.models import FailureGroup
         from runs.models import Finding
 

@@ -222,3 +222,22 @@ def test_beat_sweeps_the_deadlines_on_its_own_schedule() -> None:
     assert entry["task"] == tasks.sweep_deadlines.name == "notify.tasks.sweep_deadlines"
     assert entry["schedule"] == settings.OZ0_DEADLINE_SWEEP_SECONDS
     assert tasks.deliver_notice.name == "notify.tasks.deliver_notice"
+
+
+def test_a_backlog_larger_than_a_pass_is_told_over_the_next_passes_oldest_first(
+    team: Team, django_capture_on_commit_callbacks: Any
+) -> None:
+    Workspace.objects.filter(pk=team.workspace.pk).update(reminder_seconds=REMIND, escalation_seconds=0)
+    runs = [approval_run(team.workspace, team.users["operator"]) for _ in range(5)]
+    start = since_of(runs[0])
+    # Queued a minute apart, the last run the oldest: age, not creation, orders the passes.
+    for age, run in enumerate(reversed(runs)):
+        Task.objects.filter(run=run, key="r1.1").update(queued_at=start - timedelta(minutes=5 - age))
+    at = start + timedelta(seconds=REMIND)
+    told: list[list[Any]] = []
+    for _ in range(4):
+        sent: list[int] = []
+        with django_capture_on_commit_callbacks(execute=True):
+            notices = deadlines.sweep(send=sent.append, now=at, workspace_ids=[team.workspace.pk], batch=2)
+        told.append([WaitNotice.objects.get(pk=pk).run_id for pk in notices])
+    assert told == [[runs[4].pk, runs[3].pk], [runs[2].pk, runs[1].pk], [runs[0].pk], []]

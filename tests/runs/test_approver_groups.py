@@ -159,6 +159,31 @@ def test_a_call_with_effects_runs_once_two_different_members_approved_it(team: T
     assert f"second of two approvals (the first by {first.username})" in entries
 
 
+@pytest.mark.parametrize("role", ["operator", "viewer"])
+def test_the_run_document_shows_who_gave_the_first_approval_and_when(team: Team, pair: tuple[Any, Any], role: str) -> None:
+    first, second = pair
+    run = pending(team)
+
+    def call() -> dict[str, Any]:
+        status, doc = team.api(role).get(f"/runs/{run.pk}")
+        assert status == 200, doc
+        return next(t for t in doc["tasks"] if t["key"] == "r1.1")
+
+    assert "first_approval" not in call()
+    kernel.approve(run_id=run.pk, key="r1.1", user=first)
+    given = Task.objects.get(run=run, key="r1.1").state["approvals"][0]
+    assert call()["first_approval"] == {"by": first.username, "at": given["at"]}
+    kernel.approve(run_id=run.pk, key="r1.1", user=second)
+    assert "first_approval" not in call()  # approved twice: it waits for no one
+
+
+def test_the_openapi_document_shows_the_first_approval_of_a_task(team: Team) -> None:
+    schemas = team.api("viewer").get("/openapi.json")[1]["components"]["schemas"]
+    task = schemas["TaskDocument"]["properties"]["first_approval"]
+    first = schemas[task["$ref"].rsplit("/", 1)[-1]] if "$ref" in task else task
+    assert set(first["properties"]) == {"by", "at"} and set(first["required"]) == {"by", "at"}
+
+
 def test_a_replayable_call_needs_one_approver_even_in_a_two_approver_group(team: Team, pair: tuple[Any, Any]) -> None:
     group(team.workspace, "echoes", ["test.echo"], pair[0], two=True)
     run = pending(team, tool="test.echo")
@@ -185,6 +210,8 @@ def test_an_edit_is_a_new_call_whose_first_approval_is_the_editors(team: Team, p
     call = Task.objects.get(run=run, key="r1.1")
     assert call.status == "needs_approval" and call.spec["args"] == {"amount": 1}
     assert [a["by"] for a in call.state["approvals"]] == [second.username]
+    document = team.api("operator").get(f"/runs/{run.pk}")[1]
+    assert next(t for t in document["tasks"] if t["key"] == "r1.1")["first_approval"]["by"] == second.username
     with pytest.raises(KernelError, match="same_approver"):
         kernel.approve(run_id=run.pk, key="r1.1", user=second)
     kernel.approve(run_id=run.pk, key="r1.1", user=first, digest=kernel.spec_digest(call.spec))
@@ -235,13 +262,13 @@ def test_only_an_operator_makes_a_group(team: Team, role: str, expected: int) ->
 @pytest.mark.parametrize("role,expected", [("outsider", 404), ("viewer", 403), ("reader", 403), ("operator", 200)])
 def test_only_an_operator_replaces_a_group(team: Team, role: str, expected: int) -> None:
     row = group(team.workspace, "finance", ["payments.*"])
-    wanted = {"name": "money", "tools": ["refunds.?"], "members": [team.users["reader"].username], "two_approvers": True}
+    wanted = {"name": "money", "tools": ["refunds.?"], "members": [team.users["operator"].username], "two_approvers": True}
     status, body = team.api(role).call("PUT", f"/workspaces/{team.slug}/approver-groups/{row.pk}", wanted)
     assert status == expected, body
     row.refresh_from_db()
     changed = (row.name, row.tools, row.two_approvers, [m.username for m in row.members.all()])
     assert changed == (
-        ("money", ["refunds.?"], True, [team.users["reader"].username])
+        ("money", ["refunds.?"], True, [team.users["operator"].username])
         if expected == 200
         else ("finance", ["payments.*"], False, [])
     )
@@ -317,6 +344,22 @@ def test_a_bad_body_is_a_typed_refusal_that_changes_nothing(team: Team, body: An
     assert list(ApproverGroup.objects.filter(workspace=team.workspace).values_list("name", "tools")) == [("keep", ["keep.*"])]
 
 
+@pytest.mark.parametrize("member", ["reader", "viewer"])
+def test_a_member_who_may_not_decide_is_refused_as_not_an_operator(team: Team, member: str) -> None:
+    row = group(team.workspace, "keep", ["keep.*"], team.users["operator"])
+    body = {**BODY, "members": [team.users["operator"].username, team.users[member].username]}
+    for method, path in (
+        ("POST", f"/workspaces/{team.slug}/approver-groups"),
+        ("PUT", f"/workspaces/{team.slug}/approver-groups/{row.pk}"),
+    ):
+        got, answer = team.api("operator").call(method, path, body)
+        assert (got, answer["error"]["key"]) == (400, "not_an_operator"), (method, answer)
+        assert repr(team.users[member].username) in answer["error"]["detail"]
+    assert [m.username for m in ApproverGroup.objects.get(workspace=team.workspace).members.all()] == [
+        team.users["operator"].username
+    ]
+
+
 @pytest.mark.parametrize("raw", ["{", '{"name": "finance", "tools": ["a"]', "\x00", '{"name": 1e400}'])
 def test_a_malformed_body_is_a_typed_400(team: Team, raw: str) -> None:
     status, answer = team.api("operator").post(f"/workspaces/{team.slug}/approver-groups", raw=raw)
@@ -329,7 +372,7 @@ def test_the_openapi_document_lists_the_routes_and_their_bodies(team: Team) -> N
     assert status == 200
     paths = document["paths"]
     assert {"get", "post"} <= set(paths["/api/v1/workspaces/{ws}/approver-groups"])
-    assert {"put", "delete"} <= set(paths["/api/v1/workspaces/{ws}/approver-groups/{group_id}"])
+    assert {"put", "delete"} <= set(paths["/api/v1/workspaces/{ws}/approver-groups/{approver_group_id}"])
     assert {"get", "put"} <= set(paths["/api/v1/workspaces/{ws}/wait-deadlines"])
     schema = paths["/api/v1/workspaces/{ws}/approver-groups"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["name", "tools", "members"] and not schema["additionalProperties"]

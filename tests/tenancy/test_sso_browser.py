@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,11 +12,12 @@ import pytest
 from playwright.sync_api import expect
 
 from tenancy.models import Membership, SsoIdentity
-from tests.conftest import ROOT, LiveStack
+from tests.conftest import LiveStack
 from tests.console.conftest import (
     SCREENSHOTS,
     ConsoleServer,
     chromium,  # noqa: F401 - the module's browser (a fixture)
+    daphne,
 )
 from tests.factories import make_workspace
 from tests.tenancy.sso_provider import PASSWORD, Provider, free_port, start_provider
@@ -49,33 +46,13 @@ def sso_site(live_stack: LiveStack, django_db_blocker: Any) -> Iterator[tuple[Co
         "OZ0_OIDC_GROUP_ROLES": f"oz0-ops={slug}:operator,oz0-viewers={slug}:viewer",
         "OZ0_LOCAL_PASSWORDS": "0",
     }
-    log = live_stack.workdir / "daphne-sso.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "oz0site.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/login/", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            raise RuntimeError("daphne did not start:\n" + log.read_text(errors="replace")[-3000:])
-        time.sleep(0.2)
+    # Started with the provider (its callback names this port); a slow first start is given time.
     try:
-        yield ConsoleServer(url, process, log), provider, slug
+        with daphne(env, live_stack.workdir / "daphne-sso.log", port, start_seconds=120) as server:
+            yield server, provider, slug
     finally:
-        for started in (process, provider.process):
-            os.killpg(started.pid, signal.SIGKILL)
-            started.wait(timeout=10)
+        os.killpg(provider.process.pid, signal.SIGKILL)
+        provider.process.wait(timeout=10)
 
 
 def test_a_person_signs_in_through_the_provider_and_lands_where_they_were_going(

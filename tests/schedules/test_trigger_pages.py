@@ -94,7 +94,7 @@ def test_an_operator_deletes_a_trigger_and_its_url_starts_nothing(team: Team, ag
 def test_a_bad_form_is_a_typed_refusal_that_creates_nothing(team: Team, agent: str, change: dict[str, str], key: str) -> None:
     answer = browser(team, "operator").post(f"/w/{team.slug}/triggers/new/", form(agent, **change), **HTMX)
     assert 400 <= answer.status_code < 500 and key in answer.content.decode(), answer.content.decode()[:400]
-    assert not Trigger.objects.exists()
+    assert not Trigger.objects.filter(workspace=team.workspace).exists()
 
 
 def test_a_plain_form_post_answers_the_page_with_the_secret_not_a_redirect_that_loses_it(team: Team, agent: str) -> None:

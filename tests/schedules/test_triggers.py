@@ -84,7 +84,7 @@ def test_a_bad_signature_is_401_and_writes_nothing(team: Team, agent: str, signa
     wrong = _post(made, PAYLOAD, secret="not-the-secret", **{"X-GitHub-Delivery": "d-1"})
     assert wrong.status_code == 401
     assert not Run.objects.filter(workspace=team.workspace).exists()
-    assert not TriggerDelivery.objects.exists()
+    assert not TriggerDelivery.objects.filter(trigger__workspace=team.workspace).exists()
 
 
 def test_bad_bodies_are_typed(team: Team, agent: str, settings: Any) -> None:
@@ -96,7 +96,7 @@ def test_bad_bodies_are_typed(team: Team, agent: str, settings: Any) -> None:
     settings.OZ0_TRIGGER_BODY_MAX = 1024
     huge = _post(made, {"blob": "x" * 5000}, **{"X-GitHub-Delivery": "d"})
     assert huge.status_code == 413 and huge.json()["error"]["key"] == "payload_too_large"
-    assert not Run.objects.filter(workspace=team.workspace).exists() and not TriggerDelivery.objects.exists()
+    assert not Run.objects.filter(workspace=team.workspace).exists() and not TriggerDelivery.objects.filter(trigger__workspace=team.workspace).exists()
 
 
 def test_an_unknown_trigger_is_404(team: Team) -> None:
@@ -145,7 +145,7 @@ def test_bad_trigger_definitions_are_typed_and_write_nothing(team: Team, agent: 
     body = {"name": "t", "run": {"agent": agent}, "idempotency": {"header": "X-Id"}, **change}
     status, answer = team.api().post(f"/workspaces/{team.slug}/triggers", body)
     assert status == 400 and answer["error"]["key"] == key
-    assert not Trigger.objects.exists()
+    assert not Trigger.objects.filter(workspace=team.workspace).exists()
 
 
 @pytest.mark.parametrize(("role", "read", "write"), [("viewer", 200, 403), ("reader", 200, 403), ("outsider", 404, 404)])

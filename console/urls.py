@@ -8,6 +8,7 @@ from console import (
     approvers,
     audit,
     bulk_repair,
+    evals,
     holds,
     inbox_pages,
     insights_pages,
@@ -34,6 +35,9 @@ urlpatterns = [
     path("w/<slug:slug>/agents/<str:name>/rollout/promote/", rollouts.promote, name="rollout_promote"),
     path("w/<slug:slug>/agents/<str:name>/rollout/rollback/", rollouts.rollback, name="rollout_rollback"),
     path("w/<slug:slug>/groups/<int:group_id>/", insights_pages.group, name="group"),
+    path("w/<slug:slug>/regression-cases/", evals.regression_cases, name="regression_cases"),
+    path("w/<slug:slug>/regression-cases/evals/", evals.eval_start, name="eval_start"),
+    path("w/<slug:slug>/regression-cases/<int:case_id>/delete/", evals.case_delete, name="regression_case_delete"),
     path("w/<slug:slug>/groups/<int:group_id>/resolve/", insights_pages.group_resolve, name="group_resolve"),
     path("", run_pages.home, name="home"),
     path("w/<slug:slug>/", run_pages.workspace_home, name="workspace"),
@@ -82,4 +86,5 @@ urlpatterns = [
     path(f"{RUN}/pause/", verbs.pause, name="run_pause"),
     path(f"{RUN}/resume/", verbs.resume, name="run_resume"),
     path(f"{RUN}/append/", verbs.append, name="run_append"),
+    path(f"{RUN}/regression-case/", evals.keep_case, name="regression_case_keep"),
 ]

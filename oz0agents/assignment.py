@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from oz0agents.models import Agent, AgentVersion
 
@@ -38,3 +39,11 @@ def assign(agent: Agent, run_id: uuid.UUID) -> Assigned:
     if bucket(run_id) < agent.canary_percent:
         return Assigned(agent.canary_version, CANARY)
     return Assigned(serving(agent), STABLE)
+
+
+def pin(workspace: Any, name: str, version: int, arm: str) -> Assigned | None:
+    """One named version of the workspace's agent, whatever its rollout assigns (an eval's runs),
+    with the arm the run records (`Run.rollout`, at most 8 characters); None when there is none."""
+    found = AgentVersion.objects.select_related("agent").filter(agent__workspace=workspace, agent__name=name, version=version)
+    chosen = found.first()
+    return Assigned(chosen, arm[:8]) if chosen is not None else None

@@ -15,6 +15,7 @@ MANAGE_VERBS = {
     ("plugin", "lint"): "plugin_lint",
     ("job", "search"): "job_search",
     ("insights", "agent"): "insights_agent",
+    ("eval", "run"): "eval_run",
 }
 
 

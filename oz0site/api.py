@@ -13,6 +13,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
+from evals.api import router as evals_router
 from inbox.api import router as inbox_router
 from inbox.approvals_api import router as approvals_router
 from insights.api import router as insights_router
@@ -143,6 +144,7 @@ for router in (
     schedules_router,
     walls_router,
     approvers_router,
+    evals_router,
 ):
     api.add_router("", router)
 

@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "console",
     "notify",
     "schedules",  # runs started on a clock (issue 33)
+    "evals",  # regression cases and the evals that run them (issue 31)
 ]
 
 MIDDLEWARE = [

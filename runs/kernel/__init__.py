@@ -43,6 +43,7 @@ from runs.kernel.candidates import repair_candidates_of
 from runs.kernel.commit import Sender, cancel_child, install_sender, quick_chunks, settle_parent
 from runs.kernel.compile import (
     DELEGATE_TOOLS,
+    Pinned,
     RunRequest,
     TaskSpec,
     check_storable,
@@ -213,6 +214,7 @@ __all__ = [
     "LeasedCall",
     "NotFound",
     "Outcome",
+    "Pinned",
     "RunRequest",
     "TaskSpec",
     "Sender",

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oz0agents.assignment import Assigned, assign
+from oz0agents.assignment import Assigned, assign, pin
 from oz0agents.models import Agent, AgentVersion
 from runs.kernel.approvals import problem_field, rule_problems
 from runs.kernel.errors import InvalidRequest
@@ -372,16 +372,22 @@ class RunRequest:
     rollout: str = ""
 
 
-def compile_create(body: Any, workspace: Workspace, *, inherited_priority: int | None = None) -> RunRequest:
+def compile_create(
+    body: Any, workspace: Workspace, *, inherited_priority: int | None = None, pinned: Pinned | None = None
+) -> RunRequest:
     """A create request's body compiled into a RunRequest: the one validator of its contract
-    (CREATE_FIELDS). The body arrives parsed and storable (`runs.schemas.parse_body`)."""
+    (CREATE_FIELDS). The body arrives parsed and storable (`runs.schemas.parse_body`). `pinned`
+    (never from a body: a caller of the kernel's) runs the agent's named version, not the one its
+    rollout would assign, and records the arm it names (an eval's runs: `eval`)."""
     if not isinstance(body, Mapping):
         raise InvalidRequest("invalid_request", "the body must be a JSON object")
     refuse_unknown_fields(body, CREATE_FIELDS)
     check_fields(body, CREATE_FIELDS, "")
     run_id = uuid.uuid4()
     priority = parse_priority(body.get("priority"), inherited=inherited_priority)
-    assigned = _agent_version(body.get("agent"), workspace, run_id)
+    assigned = (
+        _agent_version(body.get("agent"), workspace, run_id) if pinned is None else _pinned_version(body, workspace, pinned)
+    )
     agent_version = assigned.version
     manifest = agent_version.manifest if agent_version else {}
     raw_tasks = body.get("tasks")
@@ -482,6 +488,23 @@ def _agent_version(name: Any, workspace: Workspace, run_id: uuid.UUID) -> Assign
     assigned = assign(agent, run_id) if agent is not None else Assigned(None, "")
     if assigned.version is None:
         raise InvalidRequest("unknown_agent", f"no agent named {name!r} is registered in workspace {workspace.slug!r}")
+    return assigned
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A create for one version of its agent, whatever its rollout assigns, and the arm recorded
+    on the run (`Run.rollout`, at most 8 characters) so that canary arms and scorecards can tell it apart."""
+
+    version: int
+    arm: str
+
+
+def _pinned_version(body: Mapping[str, Any], workspace: Workspace, pinned: Pinned) -> Assigned:
+    name = body.get("agent")
+    assigned = pin(workspace, name, pinned.version, pinned.arm) if isinstance(name, str) else None
+    if assigned is None:
+        raise InvalidRequest("unknown_agent", f"no agent named {name!r} has version {pinned.version} in {workspace.slug!r}")
     return assigned
 
 

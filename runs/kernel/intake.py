@@ -18,7 +18,7 @@ from django.db.models import F
 from oz0agents.code_version import code_digest
 from runs.kernel.access import actor_name, require_write
 from runs.kernel.commit import commit, locked
-from runs.kernel.compile import compile_create, compile_tasks
+from runs.kernel.compile import Pinned, compile_create, compile_tasks
 from runs.kernel.errors import Conflict, InvalidRequest, QuotaExceeded
 from runs.kernel.expansion import add_tasks
 from runs.kernel.graph import FINISHED_RUN_STATUSES, OPEN_RUN_STATUSES
@@ -84,11 +84,14 @@ def _claim_run_quota(workspace: Workspace, size: int) -> None:
         Workspace.objects.filter(pk=workspace.pk).update(stored_input_bytes=F("stored_input_bytes") + size)
 
 
-def create_run(*, workspace: Workspace, user: Any, body: Mapping[str, Any]) -> tuple[Run, dict[str, Any]]:
+def create_run(
+    *, workspace: Workspace, user: Any, body: Mapping[str, Any], pinned: Pinned | None = None
+) -> tuple[Run, dict[str, Any]]:
     """Compile the whole request, then write the run, its tasks and their first moves (S30-S32).
-    A person's create is held to the workspace's quotas; nothing is written past one."""
+    A person's create is held to the workspace's quotas; nothing is written past one. `pinned`:
+    one version of the body's agent, and the arm the run records (`compile_create`)."""
     require_write(user, workspace.pk)
-    request = compile_create(body, workspace)
+    request = compile_create(body, workspace, pinned=pinned)
     agent_version = request.agent_version
     _check_tasks_quota(0, len(request.tasks))
     code = code_digest(agent_version.manifest) if agent_version else ""

@@ -18,7 +18,18 @@ def test_it_refuses_an_unknown_command(tmp_path: Path) -> None:
 def test_it_prints_usage_for_help(tmp_path: Path) -> None:
     result = oz0("--help", env=clean_env(OZ0_DATA_DIR=str(tmp_path)))
     assert result.returncode == 0
-    for command in ("up", "test", "token create", "bench", "plugin lint", "job search", "insights agent", "runner", "manage"):
+    for command in (
+        "up",
+        "test",
+        "token create",
+        "bench",
+        "plugin lint",
+        "job search",
+        "insights agent",
+        "eval run",
+        "runner",
+        "manage",
+    ):
         assert f"  {command}" in result.stdout
 
 

@@ -89,6 +89,9 @@ def test_each_command_names_its_child() -> None:
     assert child_argv(python, "plugin", ["lint", "a.yaml"]) == [python, "manage.py", "plugin_lint", "a.yaml"]
     assert child_argv(python, "job", ["search", "q"]) == [python, "manage.py", "job_search", "q"]
     assert child_argv(python, "insights", ["agent", "triage"]) == [python, "manage.py", "insights_agent", "triage"]
+    assert child_argv(python, "eval", ["run", "triage", "--version", "2", "--wait"]) == [
+        python, "manage.py", "eval_run", "triage", "--version", "2", "--wait",
+    ]  # fmt: skip
     assert child_argv(python, "token", []) is None
     assert child_argv(python, "frobnicate", []) is None
 

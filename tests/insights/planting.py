@@ -84,6 +84,9 @@ def plant(team: Any, *, private: bool, tag: str) -> Planted:
         }
     )
     drive(failing)
+    # Kept as a regression case: the case copies its words (the script's message), shown by the run's rule.
+    status, kept = api.post(f"/runs/{failing.pk}/regression-case")
+    assert status == 201, kept
 
     # A tool whose args and error detail are words; it halts the run (a hold).
     held = create(

@@ -96,7 +96,10 @@ def test_bad_bodies_are_typed(team: Team, agent: str, settings: Any) -> None:
     settings.OZ0_TRIGGER_BODY_MAX = 1024
     huge = _post(made, {"blob": "x" * 5000}, **{"X-GitHub-Delivery": "d"})
     assert huge.status_code == 413 and huge.json()["error"]["key"] == "payload_too_large"
-    assert not Run.objects.filter(workspace=team.workspace).exists() and not TriggerDelivery.objects.filter(trigger__workspace=team.workspace).exists()
+    assert (
+        not Run.objects.filter(workspace=team.workspace).exists()
+        and not TriggerDelivery.objects.filter(trigger__workspace=team.workspace).exists()
+    )
 
 
 def test_an_unknown_trigger_is_404(team: Team) -> None:

@@ -22,6 +22,8 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import connection
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from runs.kernel import KernelError
 
@@ -38,9 +40,27 @@ class RateLimited(KernelError):
         self.retry_after = retry_after
 
 
+# A limit fails open while Redis is away, so asking it must cost a request next to nothing then:
+# redis-py retries a failed command three times with backoff by default (some 4 s a call), and
+# waits on a host that drops packets for as long as the kernel lets a connect hang.
+LIMITER_CONNECT_TIMEOUT = 0.25
+LIMITER_TIMEOUT = 0.5
+
+
+def fail_open_client(url: str) -> redis.Redis:
+    """A client for limits and counters that let work through when Redis is away: one attempt
+    per command, short timeouts."""
+    return redis.Redis.from_url(
+        url,
+        socket_connect_timeout=LIMITER_CONNECT_TIMEOUT,
+        socket_timeout=LIMITER_TIMEOUT,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
 @lru_cache(maxsize=1)
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
+    return fail_open_client(settings.REDIS_URL)
 
 
 def limit_of(kind: str) -> int:

@@ -53,6 +53,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 
+from oz0site.ratelimit import fail_open_client
 from runs.kernel import KernelError
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class WorkspaceRateLimited(KernelError):
 
 @lru_cache(maxsize=1)
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
+    return fail_open_client(settings.REDIS_URL)
 
 
 @lru_cache(maxsize=1)

@@ -234,16 +234,53 @@ def test_the_rate_limit_counts_on_the_embedded_redis_too(monkeypatch: pytest.Mon
 def test_the_rate_limit_lets_requests_through_while_redis_is_down(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     """A create commits to PostgreSQL and its message is recovered from there: with Redis down the
     limiter made every write answer 500 (tests/faults/test_broker_outage.py found it)."""
-    import redis
-
     from oz0cli.embedded import free_port
     from oz0site import ratelimit
 
-    unreachable = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5)
+    unreachable = ratelimit.fail_open_client(f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setattr(ratelimit, "_client", lambda: unreachable)
     settings.OZ0_RATE_WRITES = 1
     for _ in range(3):
         ratelimit.admit(424243, "write")  # neither counted nor refused
+
+
+def test_the_limiters_ask_a_silent_redis_once_per_request_and_go_on(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """A Redis that accepts connections and never answers (a hung server, a half-open link): a
+    limiter fails open, so its question must end soon. Without a socket timeout the request
+    waited for as long as the link stayed silent."""
+    import socket
+    import threading
+
+    from django.http import HttpRequest
+
+    from oz0site import ratelimit, workspace_rate
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    client = ratelimit.fail_open_client(f"redis://127.0.0.1:{silent.getsockname()[1]}/0")
+    monkeypatch.setattr(ratelimit, "_client", lambda: client)
+    monkeypatch.setattr(workspace_rate, "_client", lambda: client)
+    monkeypatch.setattr(workspace_rate, "_script", lambda: client.register_script(workspace_rate._TAKE))
+    settings.OZ0_RATE_WRITES = 1
+    settings.OZ0_WORKSPACE_REQUEST_BURST = 1
+
+    def ask() -> None:
+        ratelimit.admit(424244, "write")  # neither counted nor refused
+        workspace_rate.admit(HttpRequest(), 987_653)
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    asking.join(timeout=30)  # a hang detector, not a speed check: each question waits LIMITER_TIMEOUT
+    silent.close()
+    assert not asking.is_alive(), "a limiter is still waiting on a Redis that never answers"
+    # How soon: each question waits at most these (redis-py's own default waited some 5 s here).
+    kwargs = client.connection_pool.connection_kwargs
+    assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"]) == (
+        ratelimit.LIMITER_CONNECT_TIMEOUT,
+        ratelimit.LIMITER_TIMEOUT,
+    )
+    assert client.get_retry() is not None and client.get_retry()._retries == 0
 
 
 @pytest.mark.parametrize(

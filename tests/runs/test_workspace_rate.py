@@ -201,12 +201,12 @@ def test_it_counts_on_the_embedded_redis_too(monkeypatch: pytest.MonkeyPatch, se
 
 
 def test_it_lets_requests_through_while_redis_is_down(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
-    import redis
     from django.http import HttpRequest
 
     from oz0cli.embedded import free_port
+    from oz0site import ratelimit
 
-    unreachable = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5)
+    unreachable = ratelimit.fail_open_client(f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setattr(workspace_rate, "_client", lambda: unreachable)
     monkeypatch.setattr(workspace_rate, "_script", lambda: unreachable.register_script(workspace_rate._TAKE))
     settings.OZ0_WORKSPACE_REQUESTS_PER_SECOND = SLOW

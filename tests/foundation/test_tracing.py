@@ -182,9 +182,14 @@ def test_a_run_is_one_trace_across_the_web_process_and_a_worker_exported_over_ot
         trace_id, run_span_id = hex_ids(run)
 
         def run_spans() -> list[dict[str, Any]] | None:
+            # A message's span ends after the work it carried (after the run's own spans, maybe in
+            # a later export batch): wait for the one the request's message made too.
             mine = receiver.of_run(run)
             names = [s["name"] for s in mine]
-            return mine if "run" in names and "tool test.echo" in names and names.count("task tool") == 2 else None
+            posts = {(s["trace"], s["id"]) for s in receiver.found() if s["attributes"].get("http.request.method") == "POST"}
+            sent_by_request = any(s["attributes"].get("messaging.system") == "celery" and posts & set(s["links"]) for s in mine)
+            done = "run" in names and "tool test.echo" in names and names.count("task tool") == 2
+            return mine if done and sent_by_request else None
 
         mine = wait_for(run_spans, timeout=30, message="the worker's spans")
         requests = [s for s in receiver.found() if s["attributes"].get("http.request.method") == "POST"]

@@ -25,6 +25,7 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from runs.kernel.errors import InvalidRequest
+from runs.kernel.numbers import whole_number
 
 LOWEST, HIGHEST = 0, 9
 NAMES = {"low": 0, "normal": 5, "high": 9}
@@ -40,8 +41,9 @@ def parse_priority(value: Any, *, inherited: int | None = None) -> int:
         return DEFAULT if inherited is None else inherited
     if isinstance(value, str) and value in NAMES:
         return NAMES[value]
-    if isinstance(value, int) and not isinstance(value, bool) and LOWEST <= value <= HIGHEST:
-        return value
+    number = whole_number(value)  # JSON has one number type: 5.0 is the whole number 5
+    if number is not None and LOWEST <= number <= HIGHEST:
+        return number
     raise InvalidRequest("invalid_field", "`priority` must be a whole number from 0 to 9, or one of low, normal, high")
 
 

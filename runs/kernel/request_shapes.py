@@ -14,6 +14,7 @@ from typing import Any
 
 from runs.kernel.approvals import DECISIONS, MAX_CONDITIONS, MAX_NAME
 from runs.kernel.errors import InvalidRequest
+from runs.kernel.numbers import whole_number
 
 MAX_STEPS_PER_REQUEST = 64
 MAX_FAN = 32
@@ -177,18 +178,6 @@ def _fits(value: Any, fragment: Mapping[str, Any]) -> bool:
             items = fragment.get("items")
             return items is None or all(_fits(item, items) for item in value)
     return False
-
-
-def whole_number(value: Any) -> int | None:
-    """The whole number a JSON number is, or None: JSON has one number type, so 2.0 is the whole
-    number 2 (as JSON Schema's `integer` says); true is no number."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def _within(value: Any, fragment: Mapping[str, Any]) -> bool:

@@ -213,3 +213,14 @@ def test_a_wait_that_is_not_a_timestamp_counts_as_none_never_a_failed_query() ->
     low, high = _queued(team, "low"), _queued(team, "high")
     Task.objects.filter(pk=low.pk).update(state={WAITING_KEY: {"since": "'; DROP TABLE runs_task; --"}})
     assert kernel.send_within_share(str(low.run_id), 2) == [high.pk, low.pk]
+
+
+def test_a_priority_is_a_json_whole_number_or_a_name() -> None:
+    """JSON has one number type: 5.0 is the whole number the document's `integer` allows (the
+    fuzz's positive check sent it and was refused). Fractions, booleans and other words are not."""
+    from runs.kernel import InvalidRequest, parse_priority
+
+    assert [parse_priority(value) for value in (0, 9, 5.0, 9.0, "low", "high", None)] == [0, 9, 5, 9, 0, 9, 5]
+    for bad in (5.5, True, -1, 10, 10.0, "urgent", "5", [], {}):
+        with pytest.raises(InvalidRequest):
+            parse_priority(bad)

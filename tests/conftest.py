@@ -165,6 +165,13 @@ class LiveStack:
             log="worker.log",
         )
 
+    def kill_sessions(self) -> None:
+        """SIGKILL the session worker's process group, as a crashed host would end it."""
+        assert self.sessions is not None
+        os.killpg(self.sessions.pid, signal.SIGKILL)
+        self.sessions.wait(timeout=30)
+        self.sessions = None
+
     def start_sessions(self) -> None:
         """The session worker, as `./oz0 up` starts it: harnessed rounds (F7) on a thread pool."""
         self.sessions = self._spawn(

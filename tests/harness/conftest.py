@@ -27,7 +27,7 @@ from oz0agents.registry import register
 from runs import kernel
 from runs.models import Run, Task
 from runs.worker.execution import execute_task
-from tests.conftest import Team
+from tests.conftest import LiveStack, Team
 
 NOT_FOUND = [{"kind": "not_found", "description": "The issue does not exist", "person": True}]
 HERE = Path(__file__).parent
@@ -135,3 +135,19 @@ def harness_team(committed: None, no_dispatch: list[int], settings: Any) -> Iter
     drives the calls itself); heartbeats fast, so a cancel reaches the worker quickly."""
     settings.OZ0_HEARTBEAT_SECONDS = 0.2
     yield Team()
+
+
+@pytest.fixture
+def short_park_sessions(live: LiveStack) -> Iterator[LiveStack]:
+    """The session worker started again with a one-second park clock; as it was afterwards."""
+    env = dict(live.env)
+    live.kill_sessions()
+    live.env = {**env, "OZ0_SESSION_PARK_SECONDS": "1"}
+    live.start_sessions()
+    try:
+        yield live
+    finally:
+        if live.sessions is not None:
+            live.kill_sessions()
+        live.env = env
+        live.start_sessions()

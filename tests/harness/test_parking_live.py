@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,29 +21,6 @@ from tests.harness.conftest import RECORDS, harness_manifest
 
 pytestmark = pytest.mark.live
 SLOW = 120
-
-
-def _kill_sessions(live: LiveStack) -> None:
-    assert live.sessions is not None
-    os.killpg(live.sessions.pid, signal.SIGKILL)
-    live.sessions.wait(timeout=30)
-    live.sessions = None
-
-
-@pytest.fixture
-def parking_sessions(live: LiveStack) -> Iterator[LiveStack]:
-    """The session worker started again with a short park clock; as it was afterwards."""
-    env = dict(live.env)
-    _kill_sessions(live)
-    live.env = {**env, "OZ0_SESSION_PARK_SECONDS": "1"}
-    live.start_sessions()
-    try:
-        yield live
-    finally:
-        if live.sessions is not None:
-            _kill_sessions(live)
-        live.env = env
-        live.start_sessions()
 
 
 def _lines(path: str) -> list[str]:
@@ -66,7 +41,7 @@ def _bridges(target: str) -> list[int]:
 
 @pytest.mark.spec("F7", "S5", "S10")
 def test_a_parked_session_is_resumed_by_a_restarted_session_worker_after_the_approval(
-    parking_sessions: LiveStack, live_team: Team
+    short_park_sessions: LiveStack, live_team: Team
 ) -> None:
     target = "oz0_test_pydantic_agents:parks"
     status, body = live_team.api().post(
@@ -86,13 +61,13 @@ def test_a_parked_session_is_resumed_by_a_restarted_session_worker_after_the_app
     wait_for(parked, timeout=SLOW, message="the session parked")
     # Parked: no process of the session is left; then its worker dies while it waits.
     wait_for(lambda: not _bridges(target), timeout=10, message="the parked session's process to end")
-    _kill_sessions(parking_sessions)
+    short_park_sessions.kill_sessions()
     call = Task.objects.get(run_id=run_id, key="r1.1")
     digest = call_digest(call.spec["tool"], call.spec["args"])
     status, body = live_team.api("operator").post(f"/runs/{run_id}/tasks/r1.1/approve", {"digest": digest})
     assert status == 200, body
     assert _lines(job["effects"]) == [] and Task.objects.get(run_id=run_id, key="r1").ready
-    parking_sessions.start_sessions()
+    short_park_sessions.start_sessions()
 
     def finished() -> Any:
         _, document = live_team.api().get(f"/runs/{run_id}")
@@ -155,7 +130,7 @@ def test_measure_many_sessions_waiting_on_a_person(live: LiveStack, live_team: T
 
     park = os.environ.get("OZ0_PARK_MEASURE_PARK", "1") != "0"
     env = dict(live.env)
-    _kill_sessions(live)
+    live.kill_sessions()
     live.env = {**env, "OZ0_SESSION_PARK_SECONDS": "1" if park else "86400"}
     live.start_sessions()
     samples: list[dict[str, Any]] = []
@@ -202,6 +177,6 @@ def test_measure_many_sessions_waiting_on_a_person(live: LiveStack, live_team: T
                 time.sleep(5)
             print(f"all {sample['completed']} resumed and completed in {time.monotonic() - resumed:.0f} s", flush=True)
     finally:
-        _kill_sessions(live)
+        live.kill_sessions()
         live.env = env
         live.start_sessions()

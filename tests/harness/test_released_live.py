@@ -10,10 +10,7 @@ retried sessions answer from the journal, and every run completes."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,29 +25,6 @@ from testtools.models import EffectRecord
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 SLOW = 120
 PERMISSION = {"kind": "execute", "title": "Ship 1.2", "raw_input": {"command": "ship 1.2"}}
-
-
-def _kill_sessions(live: LiveStack) -> None:
-    assert live.sessions is not None
-    os.killpg(live.sessions.pid, signal.SIGKILL)
-    live.sessions.wait(timeout=30)
-    live.sessions = None
-
-
-@pytest.fixture
-def releasing_sessions(live: LiveStack) -> Iterator[LiveStack]:
-    """The session worker started again with a short park clock; as it was afterwards."""
-    env = dict(live.env)
-    _kill_sessions(live)
-    live.env = {**env, "OZ0_SESSION_PARK_SECONDS": "1"}
-    live.start_sessions()
-    try:
-        yield live
-    finally:
-        if live.sessions is not None:
-            _kill_sessions(live)
-        live.env = env
-        live.start_sessions()
 
 
 def _harness_processes(marker: Path) -> list[int]:
@@ -94,7 +68,7 @@ def _create(team: Team, name: str, manifest: str) -> str:
 
 @pytest.mark.spec("F7", "S5", "S10", "S14")
 def test_sessions_released_on_approvals_survive_a_killed_session_worker_truthfully(
-    releasing_sessions: LiveStack, live_team: Team
+    short_park_sessions: LiveStack, live_team: Team
 ) -> None:
     effect = uuid.uuid4().hex
     records = {name: record_path() for name in ("echo", "effect", "acp")}
@@ -133,7 +107,7 @@ def test_sessions_released_on_approvals_survive_a_killed_session_worker_truthful
         assert Task.objects.get(run_id=run_id, key="r1.1").status == "needs_approval", name
         assert _harness_processes(records[name]), f"{name}'s harness process is kept while released"
 
-    _kill_sessions(releasing_sessions)
+    short_park_sessions.kill_sessions()
     # Their processes die with the session worker (the sandbox's parent-death signal).
     for name in runs:
         wait_for(lambda name=name: not _harness_processes(records[name]), timeout=30, message=f"{name}'s process ended")
@@ -167,7 +141,7 @@ def test_sessions_released_on_approvals_survive_a_killed_session_worker_truthful
             timeout=SLOW,
             message=f"the {name} run needing attention",
         )
-    releasing_sessions.start_sessions()
+    short_park_sessions.start_sessions()
     # The uncertain rounds are the person's: a retry that confirms the call it made.
     for name in ("effect", "acp"):
         status, body = live_team.api("operator").post(f"/runs/{runs[name]}/tasks/r1/retry", {"confirm_calls": ["r1.1"]})
@@ -181,7 +155,7 @@ def test_sessions_released_on_approvals_survive_a_killed_session_worker_truthful
         name: wait_for(lambda r=run_id: finished(r), timeout=SLOW, message=f"{name}'s end") for name, run_id in runs.items()
     }
     for name, document in outputs.items():
-        assert document["status"] == "completed", (name, document, releasing_sessions.logs())
+        assert document["status"] == "completed", (name, document, short_park_sessions.logs())
         calls = list(Task.objects.filter(run_id=runs[name], key__startswith="r1.").values_list("key", flat=True))
         assert calls == ["r1.1"], (name, calls)  # each session's call answered by the same task
         events = TraceEvent.objects.filter(run_id=runs[name], task_key="r1", event="claim_expired")

@@ -56,7 +56,10 @@ def test_it_sets_the_role_of_an_existing_member() -> None:
     ],
 )
 def test_it_refuses_bad_arguments_and_changes_nothing(args: list[str]) -> None:
+    # Counted, not "none at all": a committed-data test on the same xdist worker leaves its token.
+    tokens_before = ApiToken.objects.count()
     with pytest.raises((CommandError, SystemExit)):
         call_command("token_create", *args, stdout=StringIO(), stderr=StringIO())
-    assert not ApiToken.objects.exists()
+    assert ApiToken.objects.count() == tokens_before
+    assert not ApiToken.objects.filter(user__username="sam").exists()
     assert not Workspace.objects.filter(slug__in=["ws", "not a slug"]).exists()

@@ -3,7 +3,10 @@ and beat on the test database, through the real Redis broker)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -107,9 +110,44 @@ def leaves_out_thorough(markexpr: str) -> bool:
     return not Expression.compile(markexpr).evaluate(lambda name, **_: name == "thorough")
 
 
+# The markers of the tests that drive a stack (the live, slow and fault lanes). Every test that
+# carries one is in a module whose text names it (`mark.live`, …): no hook adds them. A lane that
+# selects only such tests skips importing the other modules, three quarters of the suite, which
+# every lane otherwise collected (about 20 s of a core each) only to deselect.
+ENGINE_MARKERS = ("live", "browser", "slow", "faults")
+_ENGINE_MARK_TEXT = re.compile(rb"\bmark\.(?:" + "|".join(ENGINE_MARKERS).encode() + rb")\b")
+
+
+def needs_an_engine_marker(markexpr: str) -> bool:
+    """Whether the `-m` expression selects only tests that carry one of ENGINE_MARKERS: it is
+    false whatever other markers a test has, as long as it has none of those."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    others = sorted(set(re.findall(r"[A-Za-z_]\w*", markexpr)) - {"and", "or", "not", *ENGINE_MARKERS})
+    for values in itertools.product((False, True), repeat=len(others)):
+        present = {name for name, value in zip(others, values, strict=True) if value}
+        if expression.evaluate(lambda name, present=present, **_: name in present):
+            return False
+    return True
+
+
+@functools.cache
+def names_an_engine_marker(module: Path) -> bool:
+    return bool(_ENGINE_MARK_TEXT.search(module.read_bytes()))
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    listed = collection_path.is_relative_to(ROOT) and str(collection_path.relative_to(ROOT)) in THOROUGH_MODULES
-    if listed and leaves_out_thorough(str(config.getoption("markexpr") or "")):
+    if not collection_path.is_relative_to(ROOT):
+        return None
+    markexpr = str(config.getoption("markexpr") or "")
+    listed = str(collection_path.relative_to(ROOT)) in THOROUGH_MODULES
+    if listed and leaves_out_thorough(markexpr):
+        return True
+    a_test_module = collection_path.suffix == ".py" and collection_path.name.startswith("test_")
+    if a_test_module and needs_an_engine_marker(markexpr) and not names_an_engine_marker(collection_path):
         return True
     return None
 
@@ -118,6 +156,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if str(item.path.relative_to(ROOT)) in THOROUGH_MODULES:
             assert item.get_closest_marker("thorough"), f"{item.nodeid}: its module is listed as thorough only"
+        if any(item.get_closest_marker(name) for name in ENGINE_MARKERS):
+            # What lets the engine lanes skip modules by their text (pytest_ignore_collect); the
+            # rest lane collects every module, so a marker added any other way fails it here.
+            assert names_an_engine_marker(item.path), f"{item.nodeid}: its engine marker is not named in its module"
         for marker in item.iter_markers("spec"):
             for spec_id in marker.args:
                 assert isinstance(spec_id, str) and spec_id[0] in "FS", f"{item.nodeid}: bad spec id {spec_id!r}"

@@ -450,3 +450,19 @@ def test_a_quick_run_leaves_the_thorough_only_modules_uncollected() -> None:
     assert leaves_out_thorough(QUICK_MARKERS)
     assert not leaves_out_thorough(REST_MARKERS)
     assert not leaves_out_thorough("") and not leaves_out_thorough("thorough") and not leaves_out_thorough("not live")
+
+
+def test_the_engine_lanes_skip_modules_that_name_no_engine_marker(tmp_path: Path) -> None:
+    """The live, slow and fault lanes import only modules whose text names an engine marker (the
+    rest lane, which collects every module, checks each marked test's module names it)."""
+    from tests.conftest import names_an_engine_marker, needs_an_engine_marker
+
+    lanes = {lane.name: lane.args[1] for lane in plan_lanes([], quick=False, environ={"REDIS_URL": "redis://r/0"})}
+    assert {name for name, expression in lanes.items() if needs_an_engine_marker(expression)} == {"faults", "slow", "live"}
+    assert not needs_an_engine_marker(QUICK_MARKERS) and not needs_an_engine_marker("")
+    assert needs_an_engine_marker("live") and not needs_an_engine_marker("live or spec")
+    marked = tmp_path / "test_marked.py"
+    marked.write_text("import pytest\npytestmark = [pytest.mark.faults, pytest.mark.slow]\n")
+    unmarked = tmp_path / "test_unmarked.py"
+    unmarked.write_text("import pytest\n# a lively test, slowly\n@pytest.mark.spec('S1')\ndef test_x(): pass\n")
+    assert names_an_engine_marker(marked) and not names_an_engine_marker(unmarked)

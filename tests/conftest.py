@@ -3,6 +3,7 @@ and beat on the test database, through the real Redis broker)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -23,6 +24,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from oz0cli.checks import ENGINE_MARKERS
 from tests.factories import make_member, make_token, make_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,14 +112,14 @@ def leaves_out_thorough(markexpr: str) -> bool:
     return not Expression.compile(markexpr).evaluate(lambda name, **_: name == "thorough")
 
 
-# The markers of the tests that drive a stack (the live, slow and fault lanes). Every test that
+# ENGINE_MARKERS mark the tests that drive a stack (the live, slow and fault lanes). Every test that
 # carries one is in a module whose text names it (`mark.live`, …): no hook adds them. A lane that
 # selects only such tests skips importing the other modules, three quarters of the suite, which
 # every lane otherwise collected (about 20 s of a core each) only to deselect.
-ENGINE_MARKERS = ("live", "browser", "slow", "faults")
 _ENGINE_MARK_TEXT = re.compile(rb"\bmark\.(?:" + "|".join(ENGINE_MARKERS).encode() + rb")\b")
 
 
+@functools.cache  # asked for every path collection meets
 def needs_an_engine_marker(markexpr: str) -> bool:
     """Whether the `-m` expression selects only tests that carry one of ENGINE_MARKERS: it is
     false whatever other markers a test has, as long as it has none of those."""
@@ -213,6 +215,21 @@ class LiveStack:
         os.killpg(self.sessions.pid, signal.SIGKILL)
         self.sessions.wait(timeout=30)
         self.sessions = None
+
+    @contextlib.contextmanager
+    def sessions_with(self, **env: str) -> Iterator[LiveStack]:
+        """The session worker started again with `env` added to its environment; as it was afterwards."""
+        before = dict(self.env)
+        self.kill_sessions()
+        self.env = {**before, **env}
+        self.start_sessions()
+        try:
+            yield self
+        finally:
+            if self.sessions is not None:
+                self.kill_sessions()
+            self.env = before
+            self.start_sessions()
 
     def start_sessions(self) -> None:
         """The session worker, as `./oz0 up` starts it: harnessed rounds (F7) on a thread pool."""

@@ -140,14 +140,5 @@ def harness_team(committed: None, no_dispatch: list[int], settings: Any) -> Iter
 @pytest.fixture
 def short_park_sessions(live: LiveStack) -> Iterator[LiveStack]:
     """The session worker started again with a one-second park clock; as it was afterwards."""
-    env = dict(live.env)
-    live.kill_sessions()
-    live.env = {**env, "OZ0_SESSION_PARK_SECONDS": "1"}
-    live.start_sessions()
-    try:
-        yield live
-    finally:
-        if live.sessions is not None:
-            live.kill_sessions()
-        live.env = env
-        live.start_sessions()
+    with live.sessions_with(OZ0_SESSION_PARK_SECONDS="1") as restarted:
+        yield restarted

@@ -129,12 +129,8 @@ def test_measure_many_sessions_waiting_on_a_person(live: LiveStack, live_team: T
     from runs import kernel
 
     park = os.environ.get("OZ0_PARK_MEASURE_PARK", "1") != "0"
-    env = dict(live.env)
-    live.kill_sessions()
-    live.env = {**env, "OZ0_SESSION_PARK_SECONDS": "1" if park else "86400"}
-    live.start_sessions()
     samples: list[dict[str, Any]] = []
-    try:
+    with live.sessions_with(OZ0_SESSION_PARK_SECONDS="1" if park else "86400"):
         manifest = harness_manifest("park-many", {"pydantic_ai": "oz0_test_pydantic_agents:parks"}, approval="ask")
         registered = register(manifest, workspace=live_team.workspace)
         run_ids = []
@@ -176,7 +172,3 @@ def test_measure_many_sessions_waiting_on_a_person(live: LiveStack, live_team: T
                     break
                 time.sleep(5)
             print(f"all {sample['completed']} resumed and completed in {time.monotonic() - resumed:.0f} s", flush=True)
-    finally:
-        live.kill_sessions()
-        live.env = env
-        live.start_sessions()

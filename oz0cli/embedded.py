@@ -170,6 +170,11 @@ def pgserver_modules() -> tuple[Any, Any]:
     return importlib.import_module("pgserver._commands"), importlib.import_module("pgserver.utils")
 
 
+# How long a restart after a crash may take: crash recovery replays the log since the last
+# checkpoint, which on a loaded machine took minutes.
+RESTART_SECONDS = 300
+
+
 class EmbeddedPostgres:
     """PostgreSQL from the pgserver package (its binaries, initdb and pg_ctl), on a free
     loopback port, data under DIR/pg. Run as root, pgserver's server runs as the system
@@ -226,35 +231,52 @@ class EmbeddedPostgres:
 
     def postmaster(self) -> Any:
         """The running postmaster's psutil.Process, or None."""
+        info = self._running_info()
+        return info.process if info is not None else None
+
+    def _running_info(self) -> Any:
+        """The pid file of a running postmaster (pgserver's PostmasterInfo), or None."""
         _, utils = pgserver_modules()
         try:
             info = utils.PostmasterInfo.read_from_pgdata(self.pgdata)
         except (OSError, ValueError, AssertionError):
-            return None
+            return None  # absent, or being written
         process = info.process if info is not None else None
         try:
             if process is None or not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
                 return None
         except psutil.Error:
             return None
-        return process
+        return info
 
     def alive(self) -> bool:
         return self.postmaster() is not None
 
     def restart(self) -> None:
         """Start it again on the same port after a crash (PostgreSQL recovers from its log itself).
-        Backends of a killed postmaster leave within moments; until they have, it cannot start."""
+        Backends of a killed postmaster leave within moments; until they have, it cannot start.
+        Crash recovery can outlast pg_ctl's own wait on a loaded machine: the postmaster it
+        started keeps recovering, so a postmaster that is starting is waited for, never launched
+        over."""
         pg, _ = pgserver_modules()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                self._launch(pg)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise Fatal(f"the embedded PostgreSQL did not start again; see {self.pgdata / 'log'}") from None
-                time.sleep(0.5)
+        deadline = time.monotonic() + RESTART_SECONDS
+        while not self._ready():
+            if self.postmaster() is None:
+                try:
+                    self._launch(pg)
+                    return
+                except Exception:
+                    pass  # old backends still hold its memory, or recovery outlasted pg_ctl's wait
+            if time.monotonic() > deadline:
+                raise Fatal(f"the embedded PostgreSQL did not start again; see {self.pgdata / 'log'}")
+            time.sleep(0.5)
+        self.owned = True
+        self.state.claim(port=self.port)
+
+    def _ready(self) -> bool:
+        """A postmaster runs on this data directory and its pid file says it takes connections."""
+        info = self._running_info()
+        return info is not None and info.status == "ready"
 
     def _init(self, pg: Any, utils: Any) -> None:
         self.pgdata.mkdir(exist_ok=True)

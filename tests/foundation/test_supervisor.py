@@ -55,3 +55,67 @@ def test_the_port_check_is_not_stopped_by_connections_in_time_wait() -> None:
     ]
     assert lingering
     check_can_listen("127.0.0.1", port)  # before: "OZ0_PORT: cannot listen on ... (Address already in use)"
+
+
+class RecoveringPostmaster:
+    """What the pid file says while a postmaster replays its log after a crash: `starting` for a
+    while, then `ready`."""
+
+    def __init__(self, polls_until_ready: int) -> None:
+        self.status = "starting"
+        self.polls_until_ready = polls_until_ready
+        self.process = object()
+
+    def read(self) -> RecoveringPostmaster:
+        self.polls_until_ready -= 1
+        if self.polls_until_ready <= 0:
+            self.status = "ready"
+        return self
+
+
+def test_a_postgresql_restart_waits_for_a_recovery_that_outlasts_pg_ctl_and_launches_no_second_server(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """pg_ctl gives up waiting after 60 s while the postmaster it started goes on recovering: the
+    restart waits for that one to be ready, and never starts another over it."""
+    from oz0cli.embedded import EmbeddedPostgres
+
+    postgres = EmbeddedPostgres(tmp_path)
+    postgres.port = 54_321
+    running: list[RecoveringPostmaster] = []
+    launches: list[int] = []
+
+    def launch(pg: Any) -> None:
+        launches.append(postgres.port)
+        running.append(RecoveringPostmaster(polls_until_ready=3))
+        raise RuntimeError("pg_ctl: server did not start in time")
+
+    monkeypatch.setattr(postgres, "_launch", launch)
+    monkeypatch.setattr(postgres, "_running_info", lambda: running[0].read() if running else None)
+    monkeypatch.setattr("oz0cli.embedded.pgserver_modules", lambda: (None, None))
+
+    postgres.restart()
+
+    assert launches == [54_321]
+    assert running[0].status == "ready" and postgres.owned
+    assert postgres.state.read()["port"] == 54_321
+
+
+def test_a_postgresql_restart_that_never_gets_ready_says_so(tmp_path: Any, monkeypatch: Any) -> None:
+    from oz0cli import Fatal, embedded
+
+    postgres = embedded.EmbeddedPostgres(tmp_path)
+    attempts: list[int] = []
+
+    def launch(pg: Any) -> None:
+        attempts.append(1)
+        raise RuntimeError("pre-existing shared memory block is still in use")
+
+    monkeypatch.setattr(postgres, "_launch", launch)
+    monkeypatch.setattr(postgres, "_running_info", lambda: None)
+    monkeypatch.setattr(embedded, "pgserver_modules", lambda: (None, None))
+    monkeypatch.setattr(embedded, "RESTART_SECONDS", -1)
+
+    with pytest.raises(Fatal, match="did not start again"):
+        postgres.restart()
+    assert attempts == [1]

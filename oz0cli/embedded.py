@@ -18,6 +18,7 @@ import stat
 import subprocess
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ class EmbeddedRedis:
             return self.process.poll() is None
         return pid_alive(self.pid)
 
-    def restart(self) -> None:
+    def restart(self, give_up: Callable[[], bool] = lambda: False) -> None:
         """Start it again on the same port, with the data it saved: the children's REDIS_URL still holds."""
         self._launch()
 
@@ -252,12 +253,12 @@ class EmbeddedPostgres:
     def alive(self) -> bool:
         return self.postmaster() is not None
 
-    def restart(self) -> None:
+    def restart(self, give_up: Callable[[], bool] = lambda: False) -> None:
         """Start it again on the same port after a crash (PostgreSQL recovers from its log itself).
         Backends of a killed postmaster leave within moments; until they have, it cannot start.
         Crash recovery can outlast pg_ctl's own wait on a loaded machine: the postmaster it
         started keeps recovering, so a postmaster that is starting is waited for, never launched
-        over."""
+        over. `give_up` (the person stopping `oz0 up`) ends the wait early."""
         pg, _ = pgserver_modules()
         deadline = time.monotonic() + RESTART_SECONDS
         while not self._ready():
@@ -267,7 +268,7 @@ class EmbeddedPostgres:
                     return
                 except Exception:
                     pass  # old backends still hold its memory, or recovery outlasted pg_ctl's wait
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or give_up():
                 raise Fatal(f"the embedded PostgreSQL did not start again; see {self.pgdata / 'log'}")
             time.sleep(0.5)
         self.owned = True

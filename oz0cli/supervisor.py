@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -50,7 +51,7 @@ class Service(Protocol):
 
     def alive(self) -> bool: ...
 
-    def restart(self) -> None: ...
+    def restart(self, give_up: Callable[[], bool] = ...) -> None: ...
 
 
 @dataclass
@@ -187,7 +188,7 @@ class Supervisor:
             return
         watched.restart_at, watched.last_restart = None, now
         try:
-            watched.service.restart()
+            watched.service.restart(give_up=self.stopping.is_set)
         except Exception as error:
             self.line("oz0", f"the embedded {watched.service.name} did not start again: {error}")
             return

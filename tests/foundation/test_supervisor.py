@@ -119,3 +119,23 @@ def test_a_postgresql_restart_that_never_gets_ready_says_so(tmp_path: Any, monke
     with pytest.raises(Fatal, match="did not start again"):
         postgres.restart()
     assert attempts == [1]
+
+
+def test_a_person_stopping_up_ends_a_postgresql_restart_that_is_still_waiting(tmp_path: Any, monkeypatch: Any) -> None:
+    """A Ctrl-C while PostgreSQL recovers is not held for the restart's whole 300 s."""
+    from oz0cli import Fatal, embedded
+
+    postgres = embedded.EmbeddedPostgres(tmp_path)
+    asked: list[int] = []
+
+    def stopping() -> bool:
+        asked.append(1)
+        return len(asked) >= 2
+
+    monkeypatch.setattr(postgres, "_launch", lambda pg: (_ for _ in ()).throw(RuntimeError("still recovering")))
+    monkeypatch.setattr(postgres, "_running_info", lambda: None)
+    monkeypatch.setattr(embedded, "pgserver_modules", lambda: (None, None))
+
+    with pytest.raises(Fatal, match="did not start again"):
+        postgres.restart(give_up=stopping)
+    assert len(asked) == 2  # asked only while the 300 s had not run out: the stop ended it

@@ -261,8 +261,8 @@ class EmbeddedPostgres:
         over. `give_up` (the person stopping `oz0 up`) ends the wait early."""
         pg, _ = pgserver_modules()
         deadline = time.monotonic() + RESTART_SECONDS
-        while not self._ready():
-            if self.postmaster() is None:
+        while (running := self._running_info()) is None or running.status != "ready":
+            if running is None:
                 try:
                     self._launch(pg)
                     return
@@ -273,11 +273,6 @@ class EmbeddedPostgres:
             time.sleep(0.5)
         self.owned = True
         self.state.claim(port=self.port)
-
-    def _ready(self) -> bool:
-        """A postmaster runs on this data directory and its pid file says it takes connections."""
-        info = self._running_info()
-        return info is not None and info.status == "ready"
 
     def _init(self, pg: Any, utils: Any) -> None:
         self.pgdata.mkdir(exist_ok=True)

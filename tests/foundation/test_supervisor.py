@@ -132,7 +132,10 @@ def test_a_person_stopping_up_ends_a_postgresql_restart_that_is_still_waiting(tm
         asked.append(1)
         return len(asked) >= 2
 
-    monkeypatch.setattr(postgres, "_launch", lambda pg: (_ for _ in ()).throw(RuntimeError("still recovering")))
+    def launch(pg: Any) -> None:
+        raise RuntimeError("pg_ctl: server did not start in time")
+
+    monkeypatch.setattr(postgres, "_launch", launch)
     monkeypatch.setattr(postgres, "_running_info", lambda: None)
     monkeypatch.setattr(embedded, "pgserver_modules", lambda: (None, None))
 

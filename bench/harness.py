@@ -248,7 +248,13 @@ class Processes:
         self.probe_dir.mkdir(parents=True, exist_ok=True)
 
     def spawn(
-        self, name: str, argv: list[str], *, extra_env: dict[str, str] | None = None, cwd: Path | None = None
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        extra_env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> subprocess.Popen[bytes]:
         self.logdir.mkdir(parents=True, exist_ok=True)
         log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - kept open for the child's life
@@ -259,6 +265,7 @@ class Processes:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
         self.children.append((name, proc))
         return proc
@@ -324,35 +331,40 @@ class Processes:
         )
 
     def web_server(
-        self, name: str = "daphne", *, extra_env: dict[str, str] | None = None, cwd: Path | None = None
-    ) -> tuple[int, subprocess.Popen[bytes]]:
-        """daphne serving the project's ASGI app on a free port, as `./oz0 up` serves it; returns once it listens.
-        `cwd`: another tree of the project to serve (the `runpage` workload's page of before)."""
-        port = free_port()
-        proc = self.spawn(
-            name,
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "oz0site.asgi:application"],
-            # As `./oz0 up` runs its web process.
-            extra_env={
-                "DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0"),
-                "DB_POOL_SIZE": os.environ.get("OZ0_WEB_DB_POOL_SIZE", "8"),
-                **(extra_env or {}),
-            },
-            cwd=cwd,
+        self, name: str = "daphne", *, extra_env: dict[str, str] | None = None, cwd: Path | None = None, count: int | None = None
+    ) -> tuple[int, list[subprocess.Popen[bytes]]]:
+        """The web processes serving the project's ASGI app on a free port, as `./oz0 up` serves it
+        (OZ0_WEB_PROCESSES of them, default one a core, on one listening socket); returns once they
+        answer. `cwd`: another tree of the project to serve (the `runpage` workload's page of before)."""
+        from oz0cli import processes
+
+        count = count or processes.web_process_count(os.environ)
+        listening = processes.web_socket("127.0.0.1", 0)
+        port = int(listening.getsockname()[1])
+        argv = processes.command(
+            "web", python=sys.executable, host="127.0.0.1", port=port, schedule=self.logdir, environ={}, listening=listening
         )
-        wait_until(lambda: self.listening(port), timeout=60, interval=0.1, what=f"{name} to listen")
-        return port, proc
+        # As `./oz0 up` runs its web processes.
+        web_env = {**processes.web_environment(os.environ), **(extra_env or {})}
+        with listening:  # each child holds its own copy: the socket closes when the last one ends
+            started = [
+                self.spawn(
+                    name if count == 1 else f"{name}-{number}", argv, extra_env=web_env, cwd=cwd, pass_fds=(listening.fileno(),)
+                )
+                for number in range(1, count + 1)
+            ]
+        wait_until(lambda: self.answering(port), timeout=60, interval=0.1, what=f"{name} to answer")
+        return port, started
 
-    def listening(self, port: int) -> bool:
+    def answering(self, port: int) -> bool:
+        from oz0cli.supervisor import answers
+
         self.check_alive()
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+        return answers("127.0.0.1", port)
 
-    def stop(self, proc: subprocess.Popen[bytes] | None = None) -> None:
-        targets = [(n, p) for n, p in self.children if proc is None or p is proc]
+    def stop(self, proc: subprocess.Popen[bytes] | list[subprocess.Popen[bytes]] | None = None) -> None:
+        chosen = proc if isinstance(proc, list) else [proc] if proc is not None else None
+        targets = [(n, p) for n, p in self.children if chosen is None or any(p is c for c in chosen)]
         for _, child in targets:
             if child.poll() is None:
                 try:

@@ -6,6 +6,7 @@ the command lines, so a machine of its own runs exactly what `up` runs on one.""
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,14 @@ ROLES = ("web", "worker", "sessions", "beat")
 # process takes its connections from a pool (OZ0_WEB_DB_POOL_SIZE, 0: a new session per request);
 # a DB_CONN_MAX_AGE of the person's own still wins without a pool.
 WEB_POOL_SIZE = "8"
+# daphne serves from one interpreter, so one web process uses at most a core. `up` can start
+# several on one listening socket; the kernel hands each new connection to a process that is
+# calling accept, so a busy one takes fewer. One by default: on two cores, two processes gave a
+# hostile workspace's closed loop more of the machine and a quiet one's p95 more than doubled
+# where one process held it to about 3× (bench/README.md, neighbors). At most this many.
+MAX_WEB_PROCESSES = 32
+# Connections the kernel queues on the shared socket while every web process is busy or starting.
+LISTEN_BACKLOG = 1024
 
 
 def web_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -27,15 +36,59 @@ def web_environment(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def command(role: str, *, python: str, host: str, port: int, schedule: Path, environ: Mapping[str, str]) -> list[str]:
+def web_process_count(environ: Mapping[str, str]) -> int:
+    """OZ0_WEB_PROCESSES (default 1): how many web processes `up` runs on its listening socket."""
+    raw = environ.get("OZ0_WEB_PROCESSES", "").strip()
+    if not raw:
+        return 1
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_WEB_PROCESSES:
+        raise Fatal(f"OZ0_WEB_PROCESSES must be a whole number from 1 to {MAX_WEB_PROCESSES}, not {raw!r}")
+    return count
+
+
+def web_socket(host: str, port: int) -> socket.socket:
+    """The listening socket every web process of `up` accepts on, inherited by each (daphne --fd).
+    SO_REUSEADDR: the connections of a `./oz0 up` just stopped linger in TIME_WAIT for a minute and
+    must not stop the next one from starting at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as error:
+        sock.close()
+        raise Fatal(f"OZ0_PORT: cannot listen on {host}:{port} ({error.strerror or error})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def command(
+    role: str,
+    *,
+    python: str,
+    host: str,
+    port: int,
+    schedule: Path,
+    environ: Mapping[str, str],
+    listening: socket.socket | None = None,
+) -> list[str]:
     """The argv of one role. `environ` holds the settings the command line itself carries (the queue,
-    the log level); the process reads every other setting from its environment."""
+    the log level); the process reads every other setting from its environment. `listening`: a web
+    process serves that inherited socket (`up`'s several) instead of binding host:port itself."""
     from django.conf import settings
 
     level = environ.get("CELERY_LOG_LEVEL", "warning")
     celery = [python, "-m", "celery", "-A", "oz0site"]
     quiet = ["--without-mingle", "--without-gossip"]
     if role == "web":
+        if listening is not None:
+            # IPv4 or IPv6 alike: twisted reads the family off the socket's own address.
+            return [python, "-m", "daphne", "--fd", str(listening.fileno()), "oz0site.asgi:application"]
         return [python, "-m", "daphne", "-b", host, "-p", str(port), "oz0site.asgi:application"]
     if role == "worker":
         # -O fair: a task goes to a process that is free, never into the pipe of one busy with a

@@ -4,9 +4,9 @@ groups, their output prefixed with their names; a child that dies is started aga
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -64,6 +64,7 @@ class Child:
     started_at: float = 0.0
     failures: int = 0  # exits in a row, each before it was up STEADY_SECONDS
     restart_at: float | None = None
+    pass_fds: tuple[int, ...] = ()  # what it inherits (the web processes: the listening socket)
 
 
 @dataclass
@@ -99,8 +100,9 @@ class Supervisor:
                     self._kill(child.process, signal.SIGKILL)
         self.stopping.set()
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        child = Child(name, argv, {**self.env, **(env or {})}, self.COLORS[len(self.children) % len(self.COLORS)])
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
+        color = self.COLORS[len(self.children) % len(self.COLORS)]
+        child = Child(name, argv, {**self.env, **(env or {})}, color, pass_fds=pass_fds)
         self.children.append(child)
         self.width = max(self.width, len(name))
         self._spawn(child)
@@ -120,6 +122,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=child.pass_fds,
         )
         child.process, child.started_at, child.restart_at = process, time.monotonic(), None
         threading.Thread(target=self._pump, args=(child.name, child.color, process), daemon=True).start()
@@ -233,19 +236,30 @@ class Supervisor:
             pass
 
 
-def wait_for_port(host: str, port: int, supervisor: Supervisor, timeout: float) -> bool:
-    """Until the web child listens (it may be restarted meanwhile), `up` is stopped, or `timeout`."""
-    web = supervisor.child("web")
+def wait_for_web(host: str, port: int, supervisor: Supervisor, timeout: float) -> bool:
+    """Until a web child answers HTTP (they may be restarted meanwhile), `up` is stopped, or `timeout`.
+    An answer, not a connection: the listening socket is `up`'s own and takes connections into its
+    backlog before any web process serves."""
+    webs = [child for child in supervisor.children if child.name == "web" or child.name.startswith("web-")]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if supervisor.stopping.is_set():
             return False
         supervisor.tend()
-        if web.process is not None and web.process.poll() is None:
-            try:
-                with socket.create_connection((host, port), timeout=0.5):
-                    return True
-            except OSError:
-                pass
+        if any(web.process is not None and web.process.poll() is None for web in webs) and answers(host, port):
+            return True
         time.sleep(0.1)
     return False
+
+
+def answers(host: str, port: int) -> bool:
+    """Whether something on host:port answers an HTTP request (any status) within a second."""
+    connection = http.client.HTTPConnection(host, port, timeout=1.0)
+    try:
+        connection.request("GET", "/healthz")
+        connection.getresponse().read()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()

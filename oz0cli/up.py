@@ -4,6 +4,7 @@ they die) until Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -16,11 +17,11 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 
-from oz0cli import Fatal, processes, say
+from oz0cli import processes, say
 from oz0cli.embedded import EmbeddedPostgres
 from oz0cli.environment import listen_address, plain_http_environment, up_environment, use_base_environment
 from oz0cli.services import data_dir, services
-from oz0cli.supervisor import Supervisor, wait_for_port
+from oz0cli.supervisor import Supervisor, wait_for_web
 from oz0site.db_roles import Roles, provision
 
 EMBEDDED_ROLES = Roles(owner="oz0_owner", app="oz0_app")
@@ -33,28 +34,25 @@ def as_role(database_url: str, role: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
 
 
-def check_can_listen(host: str, port: int) -> None:
-    """Refuse a port another program listens on. SO_REUSEADDR, as the web server binds: the
-    connections of a `./oz0 up` just stopped linger in TIME_WAIT for a minute and must not stop
-    the next one from starting at once."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            raise Fatal(f"OZ0_PORT: cannot listen on {host}:{port} ({error.strerror or error})") from None
-
-
 def cmd_up(args: list[str]) -> int:
     os.environ.update(up_environment(args, dict(os.environ)))
     use_base_environment(debug=False)
     os.environ.update(plain_http_environment(os.environ))
     host, port = listen_address(os.environ)
     os.environ.setdefault("OZ0_QUEUE", "oz0")
-    check_can_listen(host, port)
+    # Bound before anything starts, so a port another program holds is refused at once; kept open
+    # for as long as `up` runs, so a web process started again serves the same socket.
+    webs = processes.web_process_count(os.environ)
+    listening: socket.socket | None = processes.web_socket(host, port)
+    if listening is not None and listening.family != socket.AF_INET:
+        # daphne adopts an inherited socket as IPv4: an IPv6 peer's address would reach the
+        # sign-in throttle and the metrics allow-list garbled. One process binds the address itself.
+        listening.close()
+        listening, webs = None, 1
+        say("OZ0_HOST is an IPv6 address: one web process, which listens by itself")
     if os.environ["OZ0_TEST_TOOLS"] in ("1", "true", "yes", "on"):
         say("the test.* tools are installed (--demo or OZ0_TEST_TOOLS=1): for trying oz0, never for a real install")
-    with services() as embedded:
+    with listening or contextlib.nullcontext(), services() as embedded:
         django.setup()
         if settings.OZ0_HARNESS_SANDBOX == "bwrap" and shutil.which("bwrap") is None:
             say(
@@ -79,9 +77,14 @@ def cmd_up(args: list[str]) -> int:
             schedule = data_dir() / "celerybeat-schedule"
 
             def argv(role: str) -> list[str]:
-                return processes.command(role, python=sys.executable, host=host, port=port, schedule=schedule, environ=os.environ)
+                return processes.command(
+                    role, python=sys.executable, host=host, port=port, schedule=schedule, environ=os.environ, listening=listening
+                )
 
-            supervisor.start("web", argv("web"), env=processes.web_environment(os.environ))
+            for number in range(1, webs + 1):
+                name = "web" if webs == 1 else f"web-{number}"
+                inherits = (listening.fileno(),) if listening is not None else ()
+                supervisor.start(name, argv("web"), env=processes.web_environment(os.environ), pass_fds=inherits)
             call_command("migrate", interactive=False, verbosity=0)
             call_command("demo")
             if least_privilege:  # what the migration made becomes the owner's; the app's grants follow
@@ -92,7 +95,7 @@ def cmd_up(args: list[str]) -> int:
                 for role in processes.ROLES[1:]:
                     supervisor.start(role, argv(role))
             probe = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-            if wait_for_port(probe, port, supervisor, timeout=60):
+            if wait_for_web(probe, port, supervisor, timeout=60):
                 shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
                 supervisor.line("oz0", f"the console is at http://{shown}:{port}/  (log in with a demo user above; Ctrl-C stops)")
         except BaseException:

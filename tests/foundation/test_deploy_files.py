@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -129,15 +130,18 @@ def test_the_image_is_multi_stage_and_never_root() -> None:
 
 class RecordingSupervisor:
     started: dict[str, list[str]] = {}
+    inherited: dict[str, tuple[int, ...]] = {}
 
     def __init__(self, env: dict[str, str]) -> None:
         self.stopping = type("Never", (), {"is_set": staticmethod(lambda: False)})()
         RecordingSupervisor.started = {}
+        RecordingSupervisor.inherited = {}
 
     def watch(self, service: Any) -> None: ...
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> None:
         RecordingSupervisor.started[name] = argv
+        RecordingSupervisor.inherited[name] = pass_fds
 
     def line(self, *args: Any) -> None: ...
 
@@ -153,30 +157,95 @@ def no_services() -> Iterator[list[Any]]:
 
 
 def test_up_starts_exactly_the_command_lines_serve_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every role as `serve` runs it; the web role as several processes on `up`'s one listening
+    socket (OZ0_WEB_PROCESSES), each the command `serve web` runs but for where it listens."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
     monkeypatch.setattr(up, "Supervisor", RecordingSupervisor)
     monkeypatch.setattr(up, "services", no_services)
     monkeypatch.setattr(up, "call_command", lambda *args, **kwargs: None)
-    monkeypatch.setattr(up, "check_can_listen", lambda host, port: None)
-    monkeypatch.setattr(up, "wait_for_port", lambda *args, **kwargs: False)
+    monkeypatch.setattr(up.processes, "web_socket", lambda host, port: listening)
+    monkeypatch.setattr(up, "wait_for_web", lambda *args, **kwargs: False)
     monkeypatch.setattr(up, "data_dir", lambda: tmp_path)
     monkeypatch.setattr(up.django, "setup", lambda: None)
     for name in ("OZ0_HOST", "OZ0_PORT", "OZ0_QUEUE", "CELERY_LOG_LEVEL", "OZ0_TEST_TOOLS"):
         monkeypatch.delenv(name, raising=False)
-    assert up.cmd_up([]) == 0
-    started = RecordingSupervisor.started
-    assert list(started) == list(processes.ROLES)
-    for role in processes.ROLES:
-        expected = processes.command(
+    monkeypatch.setenv("OZ0_WEB_PROCESSES", "3")
+
+    def serves(role: str, **where: Any) -> list[str]:
+        return processes.command(
             role,
             python=sys.executable,
             host="127.0.0.1",
             port=8000,
             schedule=tmp_path / "celerybeat-schedule",
             environ=os.environ,
+            **where,
         )
-        assert started[role] == expected
+
+    on_the_socket, shared = serves("web", listening=listening), listening.fileno()
+    assert on_the_socket[on_the_socket.index("--fd") + 1] == str(shared)
+    assert up.cmd_up([]) == 0
+    assert listening.fileno() == -1, "up left its listening socket open"
+    started = RecordingSupervisor.started
+    assert list(started) == ["web-1", "web-2", "web-3", *processes.ROLES[1:]]
+    for role in processes.ROLES[1:]:
+        assert started[role] == serves(role)
+        assert RecordingSupervisor.inherited[role] == ()
+    for web in ("web-1", "web-2", "web-3"):
+        assert started[web] == on_the_socket
+        assert RecordingSupervisor.inherited[web] == (shared,)
+    alone = serves("web")
+    # The same program and application as `serve web`; only the listening endpoint differs.
+    assert [a for a in on_the_socket if a not in ("--fd", str(shared))] == [
+        a for a in alone if a not in ("-b", "127.0.0.1", "-p", "8000")
+    ]
     assert started["worker"][started["worker"].index("-O") + 1] == "fair"
     assert started["sessions"][started["sessions"].index("-P") + 1] == "threads"
+
+
+def test_up_on_an_ipv6_address_runs_one_web_process_that_listens_by_itself(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """daphne would adopt an inherited IPv6 socket as IPv4 and garble its peers' addresses."""
+    bound: list[socket.socket] = []
+
+    def ipv6_socket(host: str, port: int) -> socket.socket:
+        sock = socket.socket(socket.AF_INET6)
+        sock.bind(("::1", 0))
+        bound.append(sock)
+        return sock
+
+    monkeypatch.setattr(up, "Supervisor", RecordingSupervisor)
+    monkeypatch.setattr(up, "services", no_services)
+    monkeypatch.setattr(up, "call_command", lambda *args, **kwargs: None)
+    monkeypatch.setattr(up.processes, "web_socket", ipv6_socket)
+    monkeypatch.setattr(up, "wait_for_web", lambda *args, **kwargs: False)
+    monkeypatch.setattr(up, "data_dir", lambda: tmp_path)
+    monkeypatch.setattr(up.django, "setup", lambda: None)
+    for name in ("OZ0_QUEUE", "CELERY_LOG_LEVEL", "OZ0_TEST_TOOLS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OZ0_HOST", "::1")
+    monkeypatch.setenv("OZ0_PORT", "8001")
+    monkeypatch.setenv("OZ0_WEB_PROCESSES", "3")
+    assert up.cmd_up([]) == 0
+    assert bound[0].fileno() == -1, "the IPv6 socket must be given up before daphne binds the address"
+    started = RecordingSupervisor.started
+    assert list(started) == ["web", *processes.ROLES[1:]]
+    assert started["web"][-5:] == ["-b", "::1", "-p", "8001", "oz0site.asgi:application"]
+    assert RecordingSupervisor.inherited["web"] == ()
+
+
+@pytest.mark.parametrize("value", ["0", "33", "two", "-1", "1e3"])
+def test_up_refuses_a_web_process_count_it_cannot_run(value: str) -> None:
+    with pytest.raises(Fatal, match="OZ0_WEB_PROCESSES must be a whole number from 1 to 32"):
+        processes.web_process_count({"OZ0_WEB_PROCESSES": value})
+
+
+def test_up_runs_one_web_process_unless_told() -> None:
+    assert processes.web_process_count({}) == processes.web_process_count({"OZ0_WEB_PROCESSES": " "}) == 1
+    assert processes.web_process_count({"OZ0_WEB_PROCESSES": " 4 "}) == 4
+    assert processes.web_process_count({"OZ0_WEB_PROCESSES": "32"}) == 32
 
 
 def test_serve_refuses_what_it_cannot_guess(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,6 +257,55 @@ def test_serve_refuses_what_it_cannot_guess(monkeypatch: pytest.MonkeyPatch) -> 
         processes.cmd_serve([])
     with pytest.raises(Fatal, match="web, worker, sessions, beat"):
         processes.command("shell", python="python", host="h", port=1, schedule=Path("s"), environ={})
+
+
+@pytest.mark.live
+def test_up_s_web_processes_share_one_socket_and_a_stopped_one_holds_nobody_up(
+    live: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two web processes as `up` runs them, on its one listening socket: with either one frozen
+    (SIGSTOP, as a process stuck in a long request is to its event loop), every new request is
+    answered by the other; so each of them really serves the socket."""
+    import signal
+
+    import httpx
+
+    from oz0cli.supervisor import Supervisor, wait_for_web
+
+    listening = processes.web_socket("127.0.0.1", 0)
+    port = listening.getsockname()[1]
+    env = {**live.env, **processes.web_environment(live.env)}
+    supervisor = Supervisor(env)
+    argv = processes.command(
+        "web",
+        python=sys.executable,
+        host="127.0.0.1",
+        port=port,
+        schedule=tmp_path / "schedule",
+        environ=env,
+        listening=listening,
+    )
+    try:
+        for name in ("web-1", "web-2"):
+            supervisor.start(name, argv, pass_fds=(listening.fileno(),))
+        assert wait_for_web("127.0.0.1", port, supervisor, timeout=120)
+        webs = [supervisor.child(name).process for name in ("web-1", "web-2")]
+        assert all(web is not None and web.poll() is None for web in webs)
+        for frozen in webs:
+            assert frozen is not None
+            os.killpg(frozen.pid, signal.SIGSTOP)
+            try:
+                for _ in range(12):  # each on a new connection: the kernel gives it to a process calling accept
+                    assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=20).status_code == 200
+            finally:
+                os.killpg(frozen.pid, signal.SIGCONT)
+    finally:
+        supervisor.stop()
+        listening.close()
+    # Each process reads its peers' addresses whole (the sign-in throttle and /metrics go by them).
+    out = capsys.readouterr().out
+    for name in ("web-1", "web-2"):
+        assert re.search(rf"{name} +\| 127\.0\.0\.1:\d+ - - \[.*\] \"GET /healthz\" 200", out), out[-3000:]
 
 
 @pytest.mark.live

@@ -11,6 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
+from oz0cli import Fatal
 from oz0cli.supervisor import MAX_BACKOFF, Supervisor, backoff
 
 
@@ -36,8 +37,8 @@ def test_a_child_that_exits_is_started_again_and_the_person_told(capsys: pytest.
     assert "brief exited with code 0; restarting it in 0s" in out and "brief started again (restart 1)" in out
 
 
-def test_the_port_check_is_not_stopped_by_connections_in_time_wait() -> None:
-    from oz0cli.up import check_can_listen
+def test_the_web_socket_is_not_stopped_by_connections_in_time_wait() -> None:
+    from oz0cli.processes import web_socket
 
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -54,7 +55,23 @@ def test_the_port_check_is_not_stopped_by_connections_in_time_wait() -> None:
         c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_TIME_WAIT and c.laddr and c.laddr.port == port
     ]
     assert lingering
-    check_can_listen("127.0.0.1", port)  # before: "OZ0_PORT: cannot listen on ... (Address already in use)"
+    # Without SO_REUSEADDR: "OZ0_PORT: cannot listen on ... (Address already in use)".
+    listening = web_socket("127.0.0.1", port)
+    try:
+        assert listening.getsockname()[1] == port and listening.get_inheritable()
+    finally:
+        listening.close()
+
+
+def test_the_web_socket_refuses_a_port_another_program_listens_on() -> None:
+    from oz0cli.processes import web_socket
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(Fatal, match=f"OZ0_PORT: cannot listen on 127.0.0.1:{port}"):
+            web_socket("127.0.0.1", port)
 
 
 class RecoveringPostmaster:

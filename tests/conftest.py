@@ -71,6 +71,58 @@ def _hash_passwords_fast() -> None:
 
 _hash_passwords_fast()
 
+# What WhiteNoise's middleware reads when it is built; its index of the static files depends on them.
+_STATIC_SETTINGS = (
+    "DEBUG",
+    "STATIC_ROOT",
+    "STATIC_URL",
+    "STATICFILES_DIRS",
+    "FORCE_SCRIPT_NAME",
+    "WHITENOISE_AUTOREFRESH",
+    "WHITENOISE_MAX_AGE",
+    "WHITENOISE_ALLOW_ALL_ORIGINS",
+    "WHITENOISE_CHARSET",
+    "WHITENOISE_MIMETYPES",
+    "WHITENOISE_ADD_HEADERS_FUNCTION",
+    "WHITENOISE_INDEX_FILE",
+    "WHITENOISE_IMMUTABLE_FILE_TEST",
+    "WHITENOISE_USE_FINDERS",
+    "WHITENOISE_STATIC_PREFIX",
+    "WHITENOISE_ROOT",
+)
+
+
+def _index_static_files_once() -> None:
+    """Django's test Client builds the middleware chain anew for each Client, and WhiteNoise's
+    middleware walks and stats every static file (STATIC_ROOT and the finders) when it is built:
+    py-spy found half of an xdist worker's time there. The files do not change while a test
+    process runs, so it indexes them once for each configuration that shapes the index, and
+    every later chain starts from a copy."""
+    from whitenoise.middleware import WhiteNoiseMiddleware
+
+    build = WhiteNoiseMiddleware.__init__
+    indexed: dict[str, dict[str, Any]] = {}
+
+    def init(self: Any, get_response: Any = None, settings: Any = settings) -> None:
+        key = repr([getattr(settings, name, None) for name in _STATIC_SETTINGS])
+        files = indexed.get(key)
+        if files is None:
+            build(self, get_response, settings)
+            if not self.autorefresh:  # which looks files up on each request and indexes nothing
+                indexed[key] = dict(self.files)
+            return
+        self.add_files = self.add_files_from_finders = lambda *args, **kwargs: None
+        try:
+            build(self, get_response, settings)
+        finally:
+            del self.add_files, self.add_files_from_finders
+        self.files = dict(files)
+
+    WhiteNoiseMiddleware.__init__ = init  # type: ignore[method-assign]
+
+
+_index_static_files_once()
+
 
 def assert_test_database() -> None:
     name = str(connection.settings_dict["NAME"])

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO
@@ -173,28 +174,70 @@ def _run_prefixed(argv: list[str], env: Mapping[str, str], prefix: str, lock: th
     return process
 
 
-def run_checks(python: str, prefix: str, lock: threading.Lock, failed: list[str]) -> None:
+@dataclass(frozen=True)
+class Spent:
+    """What one lane or the checks took: seconds on the clock, and CPU seconds of its process and
+    every process it waited for (pytest-xdist workers, the stacks and browsers its tests started)."""
+
+    name: str
+    wall: float
+    cpu: float
+
+    def line(self) -> str:
+        return f"{self.name}: {_minutes(self.wall)} on the clock, {_minutes(self.cpu)} of CPU"
+
+
+def _minutes(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
+def wait_spent(process: subprocess.Popen[bytes], name: str, started: float) -> tuple[int, Spent]:
+    """Wait for a child as `Popen.wait` would, and read its resource use as only `wait4` can."""
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, Spent(name, time.monotonic() - started, usage.ru_utime + usage.ru_stime)
+
+
+def run_checks(python: str, prefix: str, lock: threading.Lock, failed: list[str], spent: list[Spent] | None = None) -> None:
     """The static checks one after another (each reads the whole tree; two at once would only
     share the same cores), their lines prefixed; the names of those that failed go in `failed`."""
+    started = time.monotonic()
+    cpu = 0.0
     for name, argv in check_commands(python):
         with lock:
             sys.stdout.write(f"{prefix}oz0: {name}\n")
-        if _run_prefixed(argv, os.environ, prefix, lock).wait() != 0:
+        code, used = wait_spent(_run_prefixed(argv, os.environ, prefix, lock), name, started)
+        cpu += used.cpu
+        if code != 0:
             failed.append(name)
+    if spent is not None:
+        spent.append(Spent("checks", time.monotonic() - started, cpu))
 
 
 def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[list[int], list[str]]:
     """Run the lanes at once, and the static checks beside them when asked; with more than one
-    of these, each line of output carries its lane's name. Returns the lanes' pytest codes and the
-    names of the checks that failed."""
+    of these, each line of output carries its lane's name, and at the end a line each says what
+    it took (on the clock and in CPU: on a machine of few cores the lanes share them, and the
+    CPU says which lane to make cheaper). Returns the lanes' pytest codes and the names of the
+    checks that failed."""
     failed: list[str] = []
     if len(lanes) == 1 and not checks:
         lane = lanes[0]
         return [subprocess.run([python, "-m", "pytest", *lane.args], cwd=ROOT, env={**os.environ, **lane.env}).returncode], failed
     lock = threading.Lock()
     width = max(len(name) for name in [lane.name for lane in lanes] + (["checks"] if checks else []))
+    spent: list[Spent] = []
+    codes: dict[str, int] = {}
+    started = time.monotonic()
+
+    def follow(lane: Lane, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        _copy_lines(process.stdout, f"[{lane.name:<{width}}] ", lock)
+        codes[lane.name], used = wait_spent(process, lane.name, started)
+        spent.append(used)
+
     threads: list[threading.Thread] = []
-    processes: list[subprocess.Popen[bytes]] = []
     for lane in lanes:
         process = subprocess.Popen(
             [python, "-m", "pytest", *lane.args],
@@ -203,19 +246,18 @@ def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        assert process.stdout is not None
-        copier = threading.Thread(target=_copy_lines, args=(process.stdout, f"[{lane.name:<{width}}] ", lock), daemon=True)
-        copier.start()
-        processes.append(process)
-        threads.append(copier)
+        threads.append(threading.Thread(target=follow, args=(lane, process), daemon=True))
     if checks:
-        checker = threading.Thread(target=run_checks, args=(python, f"[{'checks':<{width}}] ", lock, failed), daemon=True)
-        checker.start()
-        threads.append(checker)
-    codes = [process.wait() for process in processes]
+        threads.append(
+            threading.Thread(target=run_checks, args=(python, f"[{'checks':<{width}}] ", lock, failed, spent), daemon=True)
+        )
+    for thread in threads:
+        thread.start()
     for thread in threads:
         thread.join()
-    return codes, failed
+    for used in sorted(spent, key=lambda used: used.wall):
+        say(used.line())
+    return [codes[lane.name] for lane in lanes], failed
 
 
 def cmd_test(args: list[str]) -> int:

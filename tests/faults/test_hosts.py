@@ -91,7 +91,18 @@ def test_a_fan_across_worker_hosts_loses_nothing_when_one_host_dies_and_another_
             return rows[0][0] + len(finished_before_the_fault(cut_off_on_w2)) == len(cut_off_on_w2)
 
         wait_until(swept_while_cut, timeout=20 * TIMING.lease, what="the cut host's calls swept while it is cut off")
-        assert time.monotonic() - cut_at > TIMING.lease  # cut for longer than the lease
+        # Swept only once a whole lease had passed since the call's last heartbeat, and no heartbeat
+        # came through the cut. (Not a lease since `cut_at`: the last heartbeat came before the cut,
+        # up to a heartbeat interval before it, more on a loaded machine.)
+        expired = stack.query(
+            "SELECT task_key, extract(epoch FROM at - (data->>'heartbeat_at')::timestamptz), (data->>'heartbeat_at')::timestamptz"
+            " FROM runs_traceevent WHERE run_id = %s AND event = 'claim_expired' AND task_key = ANY(%s)",
+            [run_id, cut_off_on_w2],
+        )
+        assert {key for key, _, _ in expired} == set(cut_off_on_w2) - finished_before_the_fault(cut_off_on_w2)
+        for key, waited, last_heartbeat in expired:
+            assert waited >= TIMING.lease, (key, waited)
+            assert last_heartbeat <= fault_at, (key, last_heartbeat, fault_at)
         # The fault lasts two leases at least (a duration of the fault, not a wait for an event): the
         # cut worker's calls end while it is cut off, and their reports reach nobody until it joins.
         time.sleep(max(0.0, 2 * TIMING.lease - (time.monotonic() - cut_at)))

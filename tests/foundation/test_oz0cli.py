@@ -7,10 +7,12 @@ import ast
 import hashlib
 import itertools
 import os
+import re
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -188,9 +190,29 @@ def test_the_checks_run_beside_the_lanes_and_their_failures_are_named(
     lane = checks.Lane("unit", ["--version"])
     codes, failed = run_lanes(python, [lane], checks=True)
     assert codes == [0] and failed == ["refuses"]
-    printed = capsys.readouterr().out.splitlines()
+    output = capsys.readouterr()
+    printed = output.out.splitlines()
     assert "[checks] bad line" in printed and "[checks] fine" in printed and "[checks] oz0: refuses" in printed
+    # At the end, what each took, on the clock and in CPU (the CPU of the processes it waited for too).
+    summary = [line for line in output.err.splitlines() if "on the clock" in line]
+    assert {line.split(": ")[1] for line in summary} == {"unit", "checks"}
+    assert all(re.fullmatch(r"oz0: \w+: \d+:\d\d on the clock, \d+:\d\d of CPU", line) for line in summary)
     assert combined_exit_code(failed, combined_pytest_code(codes)) == 1
+
+
+def test_a_lanes_cpu_counts_the_processes_it_waited_for() -> None:
+    """A lane's CPU is its own and its children's (xdist workers, stacks): a child that spins for
+    0.6 s of CPU shows in its parent's figure."""
+    spin = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}], check=True)"
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    process.stdout.read()
+    code, used = checks.wait_spent(process, "spinner", started)
+    assert code == 0 and process.returncode == 0
+    assert used.cpu >= 0.6 and used.wall >= 0.6
+    assert used.line() == f"spinner: 0:{round(used.wall):02d} on the clock, 0:{round(used.cpu):02d} of CPU"
 
 
 @pytest.mark.parametrize(

@@ -182,7 +182,12 @@ def test_it_finishes_an_accepted_run_across_a_worker_and_a_redis_restart(live: L
         )
         assert created.returncode == 0, created.stderr
         run_id = created.stdout.strip().splitlines()[-1]
-        wait_for(lambda: task_row(run_id, "s1").status == "running", timeout=30, message="the chain to get going")
+        # The worker was only just started: on a machine busy with other lanes its boot (a Django
+        # import per pool process) has taken over 30 s.
+        try:
+            wait_for(lambda: task_row(run_id, "s1").status == "running", timeout=120, message="the chain to get going")
+        except AssertionError as stuck:
+            raise AssertionError(f"{stuck}; s0 is {task_row(run_id, 's0').status}; logs: {stack.logs()}") from None
         stack.kill_worker()
         redis_server.kill()
         time.sleep(1)

@@ -16,9 +16,12 @@ Three buckets per workspace, each a rate and a burst:
 * **bytes**: a request's declared body length (Content-Length, known before a byte is read):
   OZ0_WORKSPACE_BYTES_PER_SECOND, up to OZ0_WORKSPACE_BYTE_BURST saved up. Run inputs are what
   the workspace stores; a verb's body is small and costs as little.
-* **seconds**: the CPU time its requests took in the web process's request threads (the view,
-  the queries' client side, the serialization; not the time spent waiting for the interpreter,
-  which is the neighbours' doing): OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND, up to
+* **seconds**: the time its requests took of the server: the CPU time of the web process's
+  request thread (the view, the serialization; not the time spent waiting for the interpreter,
+  which is the neighbours' doing) and the time its queries took in PostgreSQL (from sending each
+  to its answer: the database is shared by every workspace too, and a profile of the web process
+  beside a busy workspace found its request threads waiting on PostgreSQL 41 % of the time):
+  OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND, up to
   OZ0_WORKSPACE_WEB_SECONDS_BURST saved up. Charged when the response is made
   (`WorkspaceTimeMiddleware`), so the bucket can go below zero (at most a burst's worth); a
   request is admitted while it is above zero. Requests differ a thousandfold in cost (a run
@@ -113,6 +116,7 @@ redis.call('EXPIRE', KEYS[1], math.ceil(2 * burst / rate) + 1)
 return tostring(tokens)
 """
 CLOCK_ATTRIBUTE = "_oz0_workspace_clock"
+QUERY_CLOCK_ATTRIBUTE = "_oz0_query_clock"
 
 
 class WorkspaceRateLimited(KernelError):
@@ -197,10 +201,31 @@ def admit(request: HttpRequest, workspace_id: int) -> None:
     raise WorkspaceRateLimited(bucket, rate, max(1, math.ceil(float(wait))))
 
 
+class QueryClock:
+    """The seconds a request's queries took, from sending each to its answer (a database
+    connection's execute wrapper, installed by `WorkspaceTimeMiddleware` around the request)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self, execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+def _query_seconds(request: HttpRequest) -> float:
+    clock = getattr(request, QUERY_CLOCK_ATTRIBUTE, None)
+    return clock.seconds if isinstance(clock, QueryClock) else 0.0
+
+
 def start_clock(request: HttpRequest, workspace_id: int) -> None:
-    """The request's server time starts counting against its workspace (its thread's CPU time)."""
+    """The request's server time starts counting against its workspace (its thread's CPU time and
+    its queries' time from here on)."""
     if float(settings.OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND) > 0 and getattr(request, CLOCK_ATTRIBUTE, None) is None:
-        setattr(request, CLOCK_ATTRIBUTE, (workspace_id, threading.get_ident(), time.thread_time()))
+        setattr(request, CLOCK_ATTRIBUTE, (workspace_id, threading.get_ident(), time.thread_time(), _query_seconds(request)))
 
 
 def charge_time(request: HttpRequest) -> None:
@@ -209,11 +234,12 @@ def charge_time(request: HttpRequest) -> None:
     if clock is None:
         return
     setattr(request, CLOCK_ATTRIBUTE, None)
-    workspace_id, thread, started = clock
+    workspace_id, thread, started, queried = clock
     rate, burst = buckets()["seconds"]
     if rate <= 0 or thread != threading.get_ident():
         return  # a response finished on another thread than the view's: its clock is not comparable
-    spent = time.thread_time() - started
+    # A query's own CPU on this side is in both figures; it is small beside the wait for the answer.
+    spent = (time.thread_time() - started) + (_query_seconds(request) - queried)
     if spent <= 0:
         return
     try:
@@ -225,14 +251,18 @@ def charge_time(request: HttpRequest) -> None:
 
 
 class WorkspaceTimeMiddleware:
-    """Charges each JSON API request's server time to its workspace once its response is made."""
+    """Times each request's queries and charges a JSON API request's server time to its workspace
+    once its response is made."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        clock = QueryClock()
+        setattr(request, QUERY_CLOCK_ATTRIBUTE, clock)
         try:
-            return self.get_response(request)
+            with connection.execute_wrapper(clock):
+                return self.get_response(request)
         finally:
             charge_time(request)
 

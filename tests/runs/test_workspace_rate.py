@@ -6,10 +6,13 @@ outsider are untouched; bad or huge input is still a typed 4xx, never a 500."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 from django.test import override_settings
 
 from oz0site import workspace_rate
@@ -142,6 +145,59 @@ def test_a_workspaces_server_time_is_bounded_whatever_its_requests(team: Team) -
         _refused(team.api("reader").client.get(f"/api/v1/runs/{run_id}"), "seconds")
         _refused(team.api().client.post(f"/api/v1/runs/{run_id}/pause", "{}", content_type="application/json"), "seconds")
         assert Run.objects.get(pk=run_id).status == "running"
+        assert neighbour.api("viewer").get(f"/runs/{other_run}")[0] == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_requests_time_waiting_on_the_database_is_charged_to_its_workspace() -> None:
+    """The seconds bucket counts a request's queries from sending to answer, not only its thread's
+    CPU: a pause whose run row another transaction holds for 0.6 s costs its workspace 0.6 s of a
+    0.3 s burst, though it took a few milliseconds of CPU; the same requests on a free row (its
+    CPU alone) fit the burst, and a neighbour is untouched."""
+    calm, held, neighbour = Team(), Team(), Team()
+    free_run, held_run, other_run = (
+        str(
+            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
+                0
+            ].pk
+        )
+        for t in (calm, held, neighbour)
+    )
+    with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=0.3):
+        # CPU alone: a pause, a resume and a read fit in 0.3 s.
+        assert calm.api().post(f"/runs/{free_run}/pause", {})[0] == 200
+        assert calm.api().post(f"/runs/{free_run}/resume", {})[0] == 200
+        assert calm.api("viewer").get(f"/runs/{free_run}")[0] == 200
+    holding = threading.Event()
+
+    def hold_the_row() -> None:
+        """Hold the run's row until the pause has waited 0.6 s for it (its wait seen by PostgreSQL)."""
+        try:
+            with transaction.atomic():
+                Run.objects.select_for_update().get(pk=held_run)
+                holding.set()
+                with connection.cursor() as cursor:
+                    deadline = time.monotonic() + 30
+                    while time.monotonic() < deadline:
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                        )
+                        if cursor.fetchone()[0]:
+                            break
+                        time.sleep(0.01)
+                time.sleep(0.6)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_row)
+    holder.start()
+    assert holding.wait(10)
+    with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=0.3):
+        started = time.monotonic()
+        assert held.api().post(f"/runs/{held_run}/pause", {})[0] == 200  # admitted on a full bucket
+        assert time.monotonic() - started >= 0.6
+        holder.join()
+        _refused(held.api("viewer").client.get(f"/api/v1/runs/{held_run}"), "seconds")
         assert neighbour.api("viewer").get(f"/runs/{other_run}")[0] == 200
 
 

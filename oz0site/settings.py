@@ -349,9 +349,11 @@ OZ0_WORKSPACE_REQUESTS_PER_SECOND = env.float("OZ0_WORKSPACE_REQUESTS_PER_SECOND
 OZ0_WORKSPACE_REQUEST_BURST = env.float("OZ0_WORKSPACE_REQUEST_BURST", default=1000.0)
 OZ0_WORKSPACE_BYTES_PER_SECOND = env.float("OZ0_WORKSPACE_BYTES_PER_SECOND", default=float(1024**2))
 OZ0_WORKSPACE_BYTE_BURST = env.float("OZ0_WORKSPACE_BYTE_BURST", default=float(32 * 1024**2))
-# ...and the web process time (CPU seconds of its request threads) its requests take per second.
+# ...and the server time its requests take per second (CPU seconds of the request threads and the
+# queries' time in PostgreSQL). The burst admits any one request (the balance may go below zero);
+# it is small so that a workspace's spike holds the machine for seconds, not tens of seconds.
 OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND = env.float("OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND", default=0.25)
-OZ0_WORKSPACE_WEB_SECONDS_BURST = env.float("OZ0_WORKSPACE_WEB_SECONDS_BURST", default=10.0)
+OZ0_WORKSPACE_WEB_SECONDS_BURST = env.float("OZ0_WORKSPACE_WEB_SECONDS_BURST", default=2.0)
 for _name in (
     "OZ0_WORKSPACE_REQUESTS_PER_SECOND",
     "OZ0_WORKSPACE_REQUEST_BURST",

@@ -33,8 +33,9 @@ seconds until the bucket holds the request's cost again) before the body is read
 are charged: the buckets are taken after standing (oz0site.auth.Route), so an outsider's
 requests, refused 404, never drain a workspace's budget, and every other workspace keeps its own
 full buckets. The defaults are far above what a small team sends (100 requests a second from all
-its members together, 1 MiB a second of bodies, a quarter of a web process's time) and are there
-to keep one workspace below the machine's capacity, not to meter.
+its members together, 1 MiB a second of bodies, a quarter of a second of server time a second
+with 2 s of it at once) and are there to keep one workspace below the machine's capacity, not to
+meter.
 
 Each check is one Lua script (one round trip, atomic across processes; Redis 6.2's commands
 only, as the embedded Redis is 6.2). Like the per-person limit, a Redis that cannot be reached

@@ -71,6 +71,21 @@ def _hash_passwords_fast() -> None:
 
 _hash_passwords_fast()
 
+# A workspace's seconds bucket counts its requests' time in PostgreSQL, which a test lane beside
+# three others on two cores stretches many times over: a test's few dozen requests in one
+# workspace could spend the production burst (2 s) on the machine's load alone. The suite's
+# burst is larger unless the person running it chose one; the bucket's own tests set theirs.
+TEST_WEB_SECONDS_BURST = "30"
+
+
+def _a_burst_for_a_loaded_machine() -> None:
+    if "OZ0_WORKSPACE_WEB_SECONDS_BURST" not in os.environ:
+        os.environ["OZ0_WORKSPACE_WEB_SECONDS_BURST"] = TEST_WEB_SECONDS_BURST  # the stacks tests start
+        settings.OZ0_WORKSPACE_WEB_SECONDS_BURST = float(TEST_WEB_SECONDS_BURST)
+
+
+_a_burst_for_a_loaded_machine()
+
 # What WhiteNoise's middleware reads when it is built; its index of the static files depends on them.
 _STATIC_SETTINGS = (
     "DEBUG",

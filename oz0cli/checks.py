@@ -12,7 +12,6 @@ so none sees another's rows or messages. `--quick` runs only the last kind.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -168,19 +167,8 @@ def _copy_lines(source: IO[bytes], prefix: str, lock: threading.Lock) -> None:
             sys.stdout.flush()
 
 
-# The static checks run at a lower priority than the suite: nothing waits for them (they take a
-# minute of CPU and the lanes ten), while the rest lane is the suite's longest and CPU-bound.
-# (`nice` rather than os.nice in a preexec_fn, which is unsafe in a process with threads.)
-CHECKS_NICENESS = 10
-
-
-def at_lower_priority(argv: list[str]) -> list[str]:
-    nice = shutil.which("nice")
-    return [nice, "-n", str(CHECKS_NICENESS), *argv] if nice else argv
-
-
 def _run_prefixed(argv: list[str], env: Mapping[str, str], prefix: str, lock: threading.Lock) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(at_lower_priority(argv), cwd=ROOT, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(argv, cwd=ROOT, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert process.stdout is not None
     _copy_lines(process.stdout, prefix, lock)
     return process

@@ -200,13 +200,6 @@ def test_the_checks_run_beside_the_lanes_and_their_failures_are_named(
     assert combined_exit_code(failed, combined_pytest_code(codes)) == 1
 
 
-def test_the_checks_run_at_a_lower_priority_than_the_lanes() -> None:
-    """Nothing waits for the checks; the rest lane, CPU-bound, is the suite's longest."""
-    argv = checks.at_lower_priority([sys.executable, "-c", "import os; print(os.nice(0))"])
-    niceness = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
-    assert int(niceness) == os.nice(0) + checks.CHECKS_NICENESS
-
-
 def test_a_lanes_cpu_counts_the_processes_it_waited_for() -> None:
     """A lane's CPU is its own and its children's (xdist workers, stacks): a child that spins for
     0.6 s of CPU shows in its parent's figure."""

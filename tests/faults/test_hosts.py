@@ -90,7 +90,14 @@ def test_a_fan_across_worker_hosts_loses_nothing_when_one_host_dies_and_another_
             )
             return rows[0][0] + len(finished_before_the_fault(cut_off_on_w2)) == len(cut_off_on_w2)
 
-        wait_until(swept_while_cut, timeout=20 * TIMING.lease, what="the cut host's calls swept while it is cut off")
+        try:
+            wait_until(swept_while_cut, timeout=20 * TIMING.lease, what="the cut host's calls swept while it is cut off")
+        except TimeoutError as late:
+            where = stack.query(
+                "SELECT key, status, claim, heartbeat_at, finished_at, now() FROM runs_task WHERE run_id = %s AND key = ANY(%s)",
+                [run_id, cut_off_on_w2],
+            )
+            raise AssertionError(f"{late}; fault at {fault_at}; the cut host's calls: {where}") from None
         # Swept only once a whole lease had passed since the call's last heartbeat, and no heartbeat
         # came through the cut. (Not a lease since `cut_at`: the last heartbeat came before the cut,
         # up to a heartbeat interval before it, more on a loaded machine.)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, timedelta
 from io import StringIO
 
@@ -23,11 +22,9 @@ pytestmark = pytest.mark.django_db
 @pytest.mark.thorough
 @pytest.mark.spec("F18")
 def test_the_demo_history_makes_scorecards_that_are_not_zero(no_dispatch: list[int]) -> None:
-    started = time.monotonic()
     out = StringIO()
     call_command("demo", stdout=out)
-    took = time.monotonic() - started
-    assert "history:" in out.getvalue() and took < 60, took  # about 10 s here; generous for a busy machine
+    assert "history:" in out.getvalue()
     workspace = Workspace.objects.get(slug="demo")
     history = Run.objects.filter(workspace=workspace, input__demo="history")
     assert history.count() > 50

@@ -264,7 +264,8 @@ class QuietProbes:
                             raise TimeoutError("a quiet quick call did not complete in 120 s")
                         waited = client.get(f"/runs/{run_id}/wait", params={"after": seen, "timeout": 30})
                         waited.raise_for_status()
-                        status, seen = waited.json()["status"], waited.json()["last_seq"]
+                        document = waited.json()
+                        status, seen = document["status"], document["last_seq"]
                     results["quick call"].append((time.perf_counter() - started) * 1000)
                     time.sleep(0.1)
 

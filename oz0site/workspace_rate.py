@@ -252,13 +252,15 @@ def charge_time(request: HttpRequest) -> None:
 
 
 class WorkspaceTimeMiddleware:
-    """Times each request's queries and charges a JSON API request's server time to its workspace
-    once its response is made."""
+    """Times each request's queries while the seconds bucket is on, and charges a JSON API
+    request's server time to its workspace once its response is made."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if float(settings.OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND) <= 0:
+            return self.get_response(request)  # nothing is charged: no wrapper on every query
         clock = QueryClock()
         setattr(request, QUERY_CLOCK_ATTRIBUTE, clock)
         try:

@@ -556,8 +556,32 @@ def register_session_agent(client: Client, stack: Stack) -> None:
         raise RuntimeError(f"chaos: the session agent was not registered: {status} {data}")
 
 
-def healthy(stack: Stack) -> bool:
-    return len(stack.alive()) == len(stack.processes) and stack.listening() and stack.database_answers() and stack.redis.pings()
+def missing(stack: Stack) -> list[str]:
+    """What of the stack is not whole: processes that exited (with their codes), the web server not
+    listening, the database or Redis not answering. Empty when the stack is whole."""
+    gaps = [f"{name} exited with {process.returncode}" for name, process in stack.processes.items() if process.poll() is not None]
+    if not stack.listening():
+        gaps.append("the web server is not listening")
+    if not stack.database_answers():
+        gaps.append("PostgreSQL does not answer")
+    if not stack.redis.pings():
+        gaps.append("Redis does not answer")
+    return gaps
+
+
+def wait_whole(stack: Stack, after: str, timeout: float = 120) -> None:
+    """Until the stack is whole again; on a timeout the error names what is missing after which
+    fault, with the end of each exited process's log (a test's summary shows the error alone)."""
+    deadline = time.monotonic() + timeout
+    while gaps := missing(stack):
+        if time.monotonic() > deadline:
+            logs = "".join(
+                f"\n--- the end of {name}'s log ---\n{stack.log(name, 1500)}"
+                for name, process in stack.processes.items()
+                if process.poll() is not None
+            )
+            raise TimeoutError(f"chaos: the stack was not whole {timeout:.0f}s after {after}: {'; '.join(gaps)}{logs}")
+        time.sleep(0.2)
 
 
 def run_faults(profile: ChaosProfile, only: list[str] | None = None, stack: Stack | None = None) -> list[PhaseResult]:
@@ -571,11 +595,13 @@ def run_faults(profile: ChaosProfile, only: list[str] | None = None, stack: Stac
         client = Client(stack)
         try:
             register_session_agent(client, stack)
+            after = "the stack's start"
             for fault in FAULTS:
                 if only and fault.slug not in only:
                     continue
-                wait_until(lambda: healthy(stack), timeout=120, what="the stack to be whole again")
+                wait_whole(stack, after)
                 results.append(Phase(stack, client, profile, fault).run())
+                after = f"the fault {fault.slug!r}"
                 client.answers.clear()
         except BaseException:
             for name in ("web", *stack.WORKERS, "sessions", "beat"):

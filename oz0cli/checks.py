@@ -199,6 +199,44 @@ def wait_spent(process: subprocess.Popen[bytes], name: str, started: float) -> t
     return process.returncode, Spent(name, time.monotonic() - started, usage.ru_utime + usage.ru_stime)
 
 
+@dataclass(frozen=True)
+class MachineTime:
+    """The whole machine's CPU seconds, busy and idle, since it started (Linux's /proc/stat).
+
+    The lanes' own figures leave out what no lane waited for: the database's and Redis's servers,
+    and the harness processes bubblewrap starts (its init reaps them in their namespace, so their
+    use never reaches the lane's `wait4`). The machine's figure over the run says how much of it
+    was spent at all, and whether the run had cores to spare."""
+
+    busy: float
+    idle: float
+
+    @classmethod
+    def now(cls, path: str = "/proc/stat") -> MachineTime | None:
+        try:
+            with open(path) as stat:
+                fields = stat.readline().split()
+        except OSError:
+            return None
+        if not fields or fields[0] != "cpu":
+            return None
+        # user nice system idle iowait irq softirq steal (guest time is inside user already)
+        ticks = [int(value) for value in fields[1:9]]
+        ticks += [0] * (8 - len(ticks))  # older kernels print fewer columns
+        per_second = os.sysconf("SC_CLK_TCK")
+        idle = ticks[3] + ticks[4]
+        return cls((sum(ticks[:8]) - idle) / per_second, idle / per_second)
+
+    def line_since(self, start: MachineTime, wall: float) -> str:
+        busy, idle = self.busy - start.busy, self.idle - start.idle
+        share = busy / (busy + idle) if busy + idle > 0 else 0.0
+        return (
+            f"the machine: {_minutes(busy)} of CPU busy, {_minutes(idle)} idle, over {_minutes(wall)} on the clock "
+            f"({share:.0%} of its {os.cpu_count() or 1} cores; the lanes' figures leave out the database, Redis "
+            f"and sandboxed harness processes)"
+        )
+
+
 def run_checks(python: str, prefix: str, lock: threading.Lock, failed: list[str], spent: list[Spent] | None = None) -> None:
     """The static checks one after another (each reads the whole tree; two at once would only
     share the same cores), their lines prefixed; the names of those that failed go in `failed`."""
@@ -230,6 +268,7 @@ def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[
     spent: list[Spent] = []
     codes: dict[str, int] = {}
     started = time.monotonic()
+    machine_at_start = MachineTime.now()
 
     def follow(lane: Lane, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
@@ -257,6 +296,9 @@ def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[
         thread.join()
     for used in sorted(spent, key=lambda used: used.wall):
         say(used.line())
+    machine_at_end = MachineTime.now()
+    if machine_at_start is not None and machine_at_end is not None:
+        say(machine_at_end.line_since(machine_at_start, time.monotonic() - started))
     return [codes[lane.name] for lane in lanes], failed
 
 

@@ -194,9 +194,11 @@ def test_the_checks_run_beside_the_lanes_and_their_failures_are_named(
     printed = output.out.splitlines()
     assert "[checks] bad line" in printed and "[checks] fine" in printed and "[checks] oz0: refuses" in printed
     # At the end, what each took, on the clock and in CPU (the CPU of the processes it waited for too).
-    summary = [line for line in output.err.splitlines() if "on the clock" in line]
+    summary = [line for line in output.err.splitlines() if "on the clock, " in line]
     assert {line.split(": ")[1] for line in summary} == {"unit", "checks"}
     assert all(re.fullmatch(r"oz0: \w+: \d+:\d\d on the clock, \d+:\d\d of CPU", line) for line in summary)
+    # And the whole machine's CPU over the run, which counts what no lane waited for.
+    assert [line for line in output.err.splitlines() if line.startswith("oz0: the machine: ")]
     assert combined_exit_code(failed, combined_pytest_code(codes)) == 1
 
 
@@ -213,6 +215,24 @@ def test_a_lanes_cpu_counts_the_processes_it_waited_for() -> None:
     assert code == 0 and process.returncode == 0
     assert used.cpu >= 0.6 and used.wall >= 0.6
     assert used.line() == f"spinner: 0:{round(used.wall):02d} on the clock, 0:{round(used.cpu):02d} of CPU"
+
+
+def test_the_machines_cpu_is_read_from_proc_stat_busy_apart_from_idle_and_waiting_on_disks(tmp_path: Path) -> None:
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text(f"cpu  {3 * hz} {hz} {2 * hz} {10 * hz} {hz} 0 {hz} 0 0 0\ncpu0 1 2 3 4\n")
+    start = checks.MachineTime.now(str(stat))
+    assert start == checks.MachineTime(busy=7.0, idle=11.0)
+    stat.write_text(f"cpu  {63 * hz} {hz} {62 * hz} {20 * hz} {hz} 0 {hz} 0 0 0\n")
+    end = checks.MachineTime.now(str(stat))
+    assert end is not None and end.busy - start.busy == 120.0 and end.idle - start.idle == 10.0
+    line = end.line_since(start, wall=65.0)
+    assert line.startswith("the machine: 2:00 of CPU busy, 0:10 idle, over 1:05 on the clock (92% of its ")
+    # Fewer columns (an old kernel) count as zero; no /proc (not Linux) gives no figure.
+    stat.write_text(f"cpu  {hz} 0 {hz} {hz}\n")
+    assert checks.MachineTime.now(str(stat)) == checks.MachineTime(busy=2.0, idle=1.0)
+    assert checks.MachineTime.now(str(tmp_path / "absent")) is None
 
 
 @pytest.mark.parametrize(

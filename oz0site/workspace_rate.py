@@ -49,6 +49,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -222,30 +223,41 @@ def _query_seconds(request: HttpRequest) -> float:
     return clock.seconds if isinstance(clock, QueryClock) else 0.0
 
 
+@dataclass(frozen=True)
+class WorkspaceClock:
+    """Where a request's charge to its workspace started: the thread it runs on, that thread's
+    CPU time and the request's query seconds at that moment."""
+
+    workspace_id: int
+    thread: int
+    cpu_at_start: float
+    queried_at_start: float
+
+
 def start_clock(request: HttpRequest, workspace_id: int) -> None:
     """The request's server time starts counting against its workspace (its thread's CPU time and
     its queries' time from here on)."""
     if float(settings.OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND) > 0 and getattr(request, CLOCK_ATTRIBUTE, None) is None:
-        setattr(request, CLOCK_ATTRIBUTE, (workspace_id, threading.get_ident(), time.thread_time(), _query_seconds(request)))
+        clock = WorkspaceClock(workspace_id, threading.get_ident(), time.thread_time(), _query_seconds(request))
+        setattr(request, CLOCK_ATTRIBUTE, clock)
 
 
 def charge_time(request: HttpRequest) -> None:
     """Charge the request's server time to its workspace's seconds bucket (once; best effort)."""
     clock = getattr(request, CLOCK_ATTRIBUTE, None)
-    if clock is None:
+    if not isinstance(clock, WorkspaceClock):
         return
     setattr(request, CLOCK_ATTRIBUTE, None)
-    workspace_id, thread, started, queried = clock
     rate, burst = buckets()["seconds"]
-    if rate <= 0 or thread != threading.get_ident():
+    if rate <= 0 or clock.thread != threading.get_ident():
         return  # a response finished on another thread than the view's: its clock is not comparable
     # A query's own CPU on this side is in both figures; it is small beside the wait for the answer.
-    spent = (time.thread_time() - started) + (_query_seconds(request) - queried)
+    spent = (time.thread_time() - clock.cpu_at_start) + (_query_seconds(request) - clock.queried_at_start)
     if spent <= 0:
         return
     try:
         _charge_script()(
-            keys=[_key("seconds", workspace_id)], args=[rate, max(burst, rate), spent, time.time()], client=_client()
+            keys=[_key("seconds", clock.workspace_id)], args=[rate, max(burst, rate), spent, time.time()], client=_client()
         )
     except redis.RedisError:
         log.warning("workspace server time not counted: Redis is unreachable")

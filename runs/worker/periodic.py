@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import lru_cache
 
 import redis
 from django.conf import settings
@@ -36,13 +37,17 @@ from runs.worker.reporting import is_database_error, replace_connection
 log = logging.getLogger(__name__)
 
 
+@lru_cache(maxsize=4)
+def _broker(url: str) -> redis.Redis:
+    """One client per broker for the sweeper's passes (its pool reconnects after an outage), not a
+    new connection every pass."""
+    return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+
+
 def broker_queue_empty() -> bool:
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    try:
-        queues = (settings.CELERY_TASK_DEFAULT_QUEUE, settings.OZ0_SESSION_QUEUE)
-        return all(int(client.llen(name)) == 0 for queue in queues for name in priority_lists(queue))
-    finally:
-        client.close()
+    client = _broker(settings.CELERY_BROKER_URL)
+    queues = (settings.CELERY_TASK_DEFAULT_QUEUE, settings.OZ0_SESSION_QUEUE)
+    return all(int(client.llen(name)) == 0 for queue in queues for name in priority_lists(queue))
 
 
 def record_worker_heartbeat() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 import pytest
@@ -72,3 +73,29 @@ def test_the_sweeper_gives_holders_the_time_it_could_not_see_the_database() -> N
         watch.answered(now)
     assert watch.grace(117.4) == pytest.approx(12.0)
     assert watch.grace(118.0) == 0.0  # a whole lease since it came back
+
+
+def test_the_lost_message_sweep_reads_the_broker_on_one_client_that_outlives_a_dropped_connection(settings: Any) -> None:
+    """The sweeper asks the broker every pass whether a message still waits; one client serves
+    every pass (no new connection each time) and reconnects after its connection was dropped."""
+    import redis
+
+    from oz0site.metering import priority_lists
+    from runs.worker import periodic
+
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"oz0-sweep-probe-{uuid.uuid4().hex[:8]}"
+    settings.OZ0_SESSION_QUEUE = f"{settings.CELERY_TASK_DEFAULT_QUEUE}.sessions"
+    probe = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    waiting = priority_lists(settings.OZ0_SESSION_QUEUE)[-1]
+    try:
+        assert periodic.broker_queue_empty() is True
+        client = periodic._broker(settings.CELERY_BROKER_URL)
+        probe.rpush(waiting, "a message")
+        assert periodic.broker_queue_empty() is False
+        client.connection_pool.disconnect()  # as after a Redis restart
+        probe.delete(waiting)
+        assert periodic.broker_queue_empty() is True
+        assert periodic._broker(settings.CELERY_BROKER_URL) is client
+    finally:
+        probe.delete(waiting)
+        probe.close()

@@ -195,13 +195,13 @@ class EmbeddedPostgres:
         pg, utils = pgserver_modules()
         try:
             self._init(pg, utils)
-            info = utils.PostmasterInfo.read_from_pgdata(self.pgdata)
+            running = self._running_info()
             deadline = time.monotonic() + 60
-            while info is not None and info.is_running() and info.status != "ready" and time.monotonic() < deadline:
+            while running is not None and running.status != "ready" and time.monotonic() < deadline:
                 time.sleep(0.2)  # another ./oz0 is starting or stopping this server: wait for it
-                info = utils.PostmasterInfo.read_from_pgdata(self.pgdata)
-            if info is not None and info.is_running() and info.port and info.status == "ready":
-                self.port = int(info.port)
+                running = self._running_info()
+            if running is not None and running.port and running.status == "ready":
+                self.port = int(running.port)
                 if not self.state.owner_alive():
                     self.owned = True
                     self.state.claim(port=self.port)

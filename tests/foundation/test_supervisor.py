@@ -159,3 +159,25 @@ def test_a_person_stopping_up_ends_a_postgresql_restart_that_is_still_waiting(tm
     with pytest.raises(Fatal, match="did not start again"):
         postgres.restart(give_up=stopping)
     assert len(asked) == 2  # asked only while the 300 s had not run out: the stop ended it
+
+
+def test_a_start_beside_another_oz0_starting_the_same_postgresql_waits_for_it_and_launches_none(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """Two `./oz0` commands at once on one embedded PostgreSQL: the second finds its postmaster
+    `starting` and waits for it to be ready, never starting a second server over it."""
+    from oz0cli import embedded
+
+    postgres = embedded.EmbeddedPostgres(tmp_path)
+    postmaster = RecoveringPostmaster(polls_until_ready=4)
+    postmaster.port = 54_322  # type: ignore[attr-defined]
+    launches: list[int] = []
+    monkeypatch.setattr(embedded, "pgserver_modules", lambda: (None, None))
+    monkeypatch.setattr(postgres, "_init", lambda pg, utils: None)
+    monkeypatch.setattr(postgres, "_running_info", postmaster.read)
+    monkeypatch.setattr(postgres, "_launch", lambda pg: launches.append(1))
+    monkeypatch.setattr(postgres, "_create_database", lambda: None)
+    monkeypatch.setattr(postgres.state, "owner_alive", lambda: True)  # the other ./oz0 owns it
+
+    assert postgres.start() == "postgres://postgres@127.0.0.1:54322/oz0"
+    assert launches == [] and postmaster.status == "ready" and not postgres.owned

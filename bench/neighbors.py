@@ -24,7 +24,8 @@ goal: beside (all the noise), at most twice alone.
 The noise stays a closed loop: each of its threads sends its next request the moment the last is
 answered. What a real client does with a refusal it does too: a 429 or 503 is counted (by status,
 error key and bucket) and that thread waits the answer's `Retry-After` before it goes on; the
-figures say how many it got. Each phase also records the cores each process used over the window
+figures say how many it got. The quiet probes do the same (the wait inside the probe's time),
+and a quiet workspace refused beside the noise misses a goal of its own: none. Each phase also records the cores each process used over the window
 (daphne, each worker with its pool, beat, the quiet probes, the noise) and the load average: on a
 machine other sessions share, a ratio is only as good as the load was even across the phases.
 """
@@ -215,6 +216,32 @@ def _noise_main(
     out.put(counts)
 
 
+REFUSALS = (429, 503)
+
+
+class ProbeStopped(Exception):
+    """A quiet probe's request refused as its window ended."""
+
+
+def _refusal(answer: Any) -> str:
+    """What refused a request, as "<status> <error key> (<bucket>)"."""
+    try:
+        error = answer.json().get("error") or {}
+    except ValueError:
+        error = {}
+    bucket = f" ({error['bucket']})" if error.get("bucket") else ""
+    return f"{answer.status_code} {error.get('key', '?')}{bucket}"
+
+
+def _ok(answer: Any) -> Any:
+    """The answer, or an error naming what went wrong (a refusal is counted before this)."""
+    if answer.is_error:
+        raise RuntimeError(
+            f"{answer.request.method} {answer.request.url.path} answered {answer.status_code}: {answer.text[:300]}"
+        )
+    return answer
+
+
 class QuietProbes:
     """The quiet workspace's three probes, each in a thread of the bench process."""
 
@@ -231,6 +258,23 @@ class QuietProbes:
         from runs import kernel
 
         results: dict[str, list[float]] = {"read": [], "quick call": [], "push": []}
+        self.refused: dict[str, int] = {}
+        refused_lock = threading.Lock()
+
+        def send(client: Any, method: str, path: str, **kwargs: Any) -> Any:
+            """One request of the quiet workspace's, as a client sends it: a refusal (429, 503) is
+            counted, its Retry-After waited (inside the probe's measured time), and the request
+            sent again. A quiet workspace refused at all is a finding of the run."""
+            while True:
+                answer = client.request(method, path, **kwargs)
+                if answer.status_code not in REFUSALS:
+                    return _ok(answer)
+                with refused_lock:
+                    self.refused[_refusal(answer)] = self.refused.get(_refusal(answer), 0) + 1
+                if stop.is_set():
+                    raise ProbeStopped()
+                time.sleep(float(answer.headers.get("Retry-After") or 1))
+
         stop = threading.Event()
         errors: list[BaseException] = []
 
@@ -243,7 +287,7 @@ class QuietProbes:
             with http() as client:
                 while not stop.is_set():
                     started = time.perf_counter()
-                    client.get(f"/runs/{self.read_run}").raise_for_status()
+                    send(client, "GET", f"/runs/{self.read_run}")
                     results["read"].append((time.perf_counter() - started) * 1000)
                     time.sleep(0.05)
 
@@ -252,8 +296,7 @@ class QuietProbes:
             with http() as client:
                 while not stop.is_set():
                     started = time.perf_counter()
-                    answer = client.post(f"/workspaces/{self.slug}/runs", json=body)
-                    answer.raise_for_status()
+                    answer = send(client, "POST", f"/workspaces/{self.slug}/runs", json=body)
                     run_id = answer.json()["run"]["id"]
                     # Waits as the API's contract says a program waits (a long poll past the last
                     # event seen), not by reading the run every 10 ms: that alone was a hundred
@@ -262,8 +305,7 @@ class QuietProbes:
                     while status != "completed":
                         if time.perf_counter() - started > 120:
                             raise TimeoutError("a quiet quick call did not complete in 120 s")
-                        waited = client.get(f"/runs/{run_id}/wait", params={"after": seen, "timeout": 30})
-                        waited.raise_for_status()
+                        waited = send(client, "GET", f"/runs/{run_id}/wait", params={"after": seen, "timeout": 30})
                         document = waited.json()
                         status, seen = document["status"], document["last_seq"]
                     results["quick call"].append((time.perf_counter() - started) * 1000)
@@ -319,6 +361,8 @@ class QuietProbes:
         def guarded(target: Any) -> None:
             try:
                 target()
+            except ProbeStopped:
+                pass  # refused as the window ended: counted, nothing to measure
             except BaseException as error:
                 errors.append(error)
 
@@ -405,10 +449,12 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     # Where the machine's time went in each phase: cores each process used, and the load average.
     cores: dict[str, dict[str, float]] = {}
     load: dict[str, list[float]] = {}
+    quiet_refused: dict[str, dict[str, int]] = {}
 
     def measure(phase: str, named: dict[str, int]) -> dict[str, list[float]]:
         before, started = _cpu_seconds(procs, named), time.monotonic()
         result = probes.measure(window)
+        quiet_refused[phase] = dict(probes.refused)
         after, took = _cpu_seconds(procs, named), time.monotonic() - started
         cores[phase] = {name: round((after[name] - before.get(name, 0.0)) / took, 2) for name in after}
         load[phase] = [round(x, 1) for x in os.getloadavg()]
@@ -470,6 +516,15 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
                 ratio is not None and ratio <= 2.0,
             )
         )
+    # One tenant must not hurt another: the quiet workspace, well inside its own budget alone, is
+    # not to be refused beside the noise either.
+    refused_beside = sum(sum(counts.values()) for phase, counts in quiet_refused.items() if phase != "alone")
+    section.goals.append(Goal("quiet workspace's requests refused beside", "0", refused_beside, refused_beside == 0))
+    section.extra["quiet_refused"] = quiet_refused
+    section.notes.append(
+        "the quiet workspace refused (each Retry-After honoured, inside the probe's time): "
+        + "; ".join(f"{phase} {counts or 'none'}" for phase, counts in quiet_refused.items())
+    )
     section.extra["noise"] = noise_counts
     section.extra["cpu_cores"] = cores
     section.extra["load_average"] = load

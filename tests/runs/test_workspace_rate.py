@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,7 +156,8 @@ def test_a_requests_time_waiting_on_the_database_is_charged_to_its_workspace() -
     """The seconds bucket counts a request's queries from sending to answer, not only its thread's
     CPU: a pause whose run row another transaction holds for 1.5 s costs its workspace 1.5 s of a
     1 s burst, though it takes milliseconds of CPU (counting CPU alone, the next request is
-    admitted); a neighbour is untouched. (No control of unheld requests fitting a burst: on a
+    admitted): waiting on a lock is the request's own occupancy of the database (only its
+    backend's wait for a CPU is taken off); a neighbour is untouched. (No control of unheld requests fitting a burst: on a
     loaded machine their own query time is no fixed figure.)"""
     held, neighbour = Team(), Team()
     held_run, other_run = (
@@ -197,6 +199,79 @@ def test_a_requests_time_waiting_on_the_database_is_charged_to_its_workspace() -
         holder.join()
         _refused(held.api("viewer").client.get(f"/api/v1/runs/{held_run}"), "seconds")
         assert neighbour.api("viewer").get(f"/runs/{other_run}")[0] == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_work_a_requests_queries_give_the_database_is_charged_to_its_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read whose query keeps PostgreSQL computing for a good fraction of a second takes its
+    web thread almost no CPU (it waits for the answer); the database's work is charged all the
+    same, so the next request of that workspace is refused, and a neighbour's is not."""
+    from runs import selectors
+
+    busy, neighbour = Team(), Team()
+    busy_run, other_run = (
+        str(
+            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
+                0
+            ].pk
+        )
+        for t in (busy, neighbour)
+    )
+    real_run_for = selectors.run_for
+    computed: list[float] = []
+
+    def run_for_after_a_sum(user: Any, run_id: Any) -> Any:
+        if str(run_id) == busy_run and not computed:
+            started = time.thread_time()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT sum(x) FROM generate_series(1, 3000000) AS x")
+            computed.append(time.thread_time() - started)
+        return real_run_for(user, run_id)
+
+    monkeypatch.setattr(selectors, "run_for", run_for_after_a_sum)
+    with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=0.1):
+        assert busy.api("viewer").get(f"/runs/{busy_run}")[0] == 200  # admitted on a full bucket
+        assert computed and computed[0] < 0.1  # the web thread's own CPU alone fits the burst
+        _refused(busy.api("viewer").client.get(f"/api/v1/runs/{busy_run}"), "seconds")
+        assert neighbour.api("viewer").get(f"/runs/{other_run}")[0] == 200
+
+
+def test_the_time_a_query_waited_behind_others_for_a_cpu_is_not_charged(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query's time less what its backend spent queued for a CPU (its schedstat's second field),
+    which is the machine's other load and not the request's doing."""
+    schedstat = tmp_path / "schedstat"
+    schedstat.write_text("5000000 1000000000 40\n")
+    monkeypatch.setattr(workspace_rate, "backend_schedstat", lambda database: schedstat)
+
+    def a_query_queued_for_40_of_its_60_ms(*args: Any) -> None:
+        time.sleep(0.06)
+        schedstat.write_text("9000000 1040000000 44\n")
+
+    clock = workspace_rate.QueryClock()
+    clock(a_query_queued_for_40_of_its_60_ms, "SELECT 1", None, False, {"connection": object()})
+    assert 0.015 <= clock.seconds < 0.06
+
+
+@pytest.mark.django_db
+def test_the_test_databases_backend_is_read_on_this_machine_and_a_remote_ones_is_not() -> None:
+    """Where the backend is a postgres process here its schedstat is read; a database on another
+    host (or behind a pooler) names a pid that is no process here, and a query costs its whole
+    time from sending to answer."""
+
+    class Remote:
+        class connection:  # noqa: N801 - psycopg's shape: connection.info
+            class info:  # noqa: N801
+                backend_pid = 4_000_000  # no such process here
+                host = "db.example.internal"
+
+    connection.ensure_connection()
+    path = workspace_rate.backend_schedstat(connection)
+    if path is not None:  # PostgreSQL on this machine, as in CI and `./oz0`'s embedded one
+        assert path == Path(f"/proc/{connection.connection.info.backend_pid}/schedstat")
+    assert workspace_rate.backend_schedstat(Remote()) is None
+    clock = workspace_rate.QueryClock()
+    clock(lambda *args: time.sleep(0.05), "SELECT 1", None, False, {"connection": Remote()})
+    assert clock.seconds >= 0.05
 
 
 @override_settings(OZ0_WORKSPACE_REQUESTS_PER_SECOND=0, OZ0_WORKSPACE_BYTES_PER_SECOND=0, OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=0)

@@ -26,7 +26,11 @@ Three buckets per workspace, each a rate and a burst:
   OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND, up to
   OZ0_WORKSPACE_WEB_SECONDS_BURST saved up. Charged when the response is made
   (`WorkspaceTimeMiddleware`), so the bucket can go below zero (at most a burst's worth); a
-  request is admitted while it is above zero. Requests differ a thousandfold in cost (a run
+  request is admitted while it is above zero, or while its workspace used less than its share:
+  below the average of the workspaces that used the server lately (each one's seconds, decaying
+  with a time constant of `SHARE_SECONDS`). Beside a noisy workspace a quiet one's requests take
+  longer, and it is not the quiet one that is refused for it; alone past its rate, a workspace is
+  the average and is refused. Two heavy workspaces with nobody else about share the server. Requests differ a thousandfold in cost (a run
   read, a create of 1,000 tasks): this is the bound that keeps a workspace's load, whatever its
   requests, below what a web process can serve, with room left for every other workspace.
 
@@ -66,14 +70,47 @@ from runs.kernel import KernelError
 
 log = logging.getLogger(__name__)
 
-# KEYS: the buckets. ARGV: now (seconds), then per bucket its rate per second, burst and cost.
-# All or nothing: returns "0" when every bucket held its cost (each is taken), else "<index> <wait>"
-# for the bucket that waits longest (as text: Lua numbers lose their fraction as Redis integers).
-_TAKE = """
+# The seconds each workspace used lately (`SHARE_SECONDS`' memory), per install: "<used> <at>".
+_USAGE = """
+local function usage_of(value, now, memory)
+  local space = string.find(value, ' ')
+  local used, at = tonumber(string.sub(value, 1, space - 1)), tonumber(string.sub(value, space + 1))
+  if now > at then used = used * math.exp((at - now) / memory) end
+  return used
+end
+"""
+
+# KEYS: the buckets, then the usage hash. ARGV: now (seconds), then per bucket its rate per
+# second, burst and cost, then the seconds bucket's index (0: none), the workspace and the usage's
+# memory. All or nothing: returns "0" when every bucket held its cost (each is taken), else
+# "<index> <wait>" for the bucket that waits longest (as text: Lua numbers lose their fraction as
+# Redis integers). An empty seconds bucket still admits a workspace that lately used less than
+# the average of the workspaces using the server: its share.
+_TAKE = (
+    _USAGE
+    + """
 local now = tonumber(ARGV[1])
+local buckets = #KEYS - 1
+local seconds_index = tonumber(ARGV[3 * buckets + 2])
+local workspace, memory = ARGV[3 * buckets + 3], tonumber(ARGV[3 * buckets + 4])
+local function within_share()
+  local all = redis.call('HGETALL', KEYS[#KEYS])
+  local total, count, mine = 0, 0, 0
+  for j = 1, #all, 2 do
+    local used = usage_of(all[j + 1], now, memory)
+    if used < 0.001 then
+      redis.call('HDEL', KEYS[#KEYS], all[j])
+    else
+      total, count = total + used, count + 1
+      if all[j] == workspace then mine = used end
+    end
+  end
+  return count >= 2 and mine < total / count
+end
 local held = {}
 local worst, worst_wait = 0, 0
-for i, key in ipairs(KEYS) do
+for i = 1, buckets do
+  local key = KEYS[i]
   local rate = tonumber(ARGV[3 * i - 1])
   local burst = tonumber(ARGV[3 * i])
   local cost = tonumber(ARGV[3 * i + 1])
@@ -85,29 +122,40 @@ for i, key in ipairs(KEYS) do
     at = now
   end
   held[i] = {tokens, at}
-  if tokens < cost and (cost - tokens) / rate > worst_wait then
+  local short = tokens < cost and not (i == seconds_index and within_share())
+  if short and (cost - tokens) / rate > worst_wait then
     worst, worst_wait = i, (cost - tokens) / rate
   end
 end
 if worst > 0 then
   return tostring(worst) .. ' ' .. tostring(worst_wait)
 end
-for i, key in ipairs(KEYS) do
+for i = 1, buckets do
+  local key = KEYS[i]
   local burst, rate = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i - 1])
   redis.call('HSET', key, 'tokens', tostring(held[i][1] - tonumber(ARGV[3 * i + 1])), 'at', tostring(held[i][2]))
   redis.call('EXPIRE', key, math.ceil(2 * burst / rate) + 1)
 end
 return '0'
 """
+)
 
 
-# KEYS: the bucket. ARGV: rate per second, burst, cost, now. The cost is taken whatever the
-# balance (down to minus the burst): it is what a request already took.
-_CHARGE = """
+# KEYS: the bucket, the usage hash. ARGV: rate per second, burst, cost, now, the workspace, the
+# usage's memory. The cost is taken whatever the balance (down to minus the burst): it is what a
+# request already took; and added to what the workspace used lately.
+_CHARGE = (
+    _USAGE
+    + """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local now = tonumber(ARGV[4])
+local workspace, memory = ARGV[5], tonumber(ARGV[6])
+local before = redis.call('HGET', KEYS[2], workspace)
+local used = before and usage_of(before, now, memory) or 0
+redis.call('HSET', KEYS[2], workspace, tostring(used + cost) .. ' ' .. tostring(now))
+redis.call('EXPIRE', KEYS[2], math.ceil(10 * memory))
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
 local tokens = tonumber(state[1]) or burst
 local at = tonumber(state[2]) or now
@@ -120,6 +168,9 @@ redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(at))
 redis.call('EXPIRE', KEYS[1], math.ceil(2 * burst / rate) + 1)
 return tostring(tokens)
 """
+)
+# How long the share remembers a workspace's seconds (an exponential decay's time constant).
+SHARE_SECONDS = 10.0
 CLOCK_ATTRIBUTE = "_oz0_workspace_clock"
 QUERY_CLOCK_ATTRIBUTE = "_oz0_query_clock"
 
@@ -170,6 +221,11 @@ def _key(bucket: str, workspace_id: int) -> str:
     return f"oz0:wsrate:{connection.settings_dict['NAME']}:{bucket}:{workspace_id}"
 
 
+def usage_key() -> str:
+    """The seconds each workspace of this install used lately, one hash for the share."""
+    return f"oz0:wsuse:{connection.settings_dict['NAME']}"
+
+
 def declared_length(request: HttpRequest) -> int:
     try:
         return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
@@ -190,11 +246,14 @@ def admit(request: HttpRequest, workspace_id: int) -> None:
         charged.append((bucket, rate, burst, min(costs[bucket], burst)))
     if not charged:
         return
-    args: list[float] = [time.time()]
+    args: list[Any] = [time.time()]
     for _, rate, burst, cost in charged:
         args += [rate, burst, cost]
+    seconds_index = next((i for i, c in enumerate(charged, start=1) if c[0] == "seconds"), 0)
+    args += [seconds_index, str(workspace_id), SHARE_SECONDS]
     try:
-        answer = _script()(keys=[_key(c[0], workspace_id) for c in charged], args=args, client=_client())
+        keys = [*(_key(c[0], workspace_id) for c in charged), usage_key()]
+        answer = _script()(keys=keys, args=args, client=_client())
     except redis.RedisError:
         log.warning("workspace rate not counted: Redis is unreachable")
         return
@@ -310,7 +369,9 @@ def charge_time(request: HttpRequest) -> None:
         return
     try:
         _charge_script()(
-            keys=[_key("seconds", clock.workspace_id)], args=[rate, max(burst, rate), spent, time.time()], client=_client()
+            keys=[_key("seconds", clock.workspace_id), usage_key()],
+            args=[rate, max(burst, rate), spent, time.time(), str(clock.workspace_id), SHARE_SECONDS],
+            client=_client(),
         )
     except redis.RedisError:
         log.warning("workspace server time not counted: Redis is unreachable")

@@ -29,6 +29,13 @@ SLOW = 0.0001
 HELD_SECONDS = 1.5
 
 
+@pytest.fixture(autouse=True)
+def _no_usage_from_earlier_tests() -> None:
+    """The share weighs a workspace against the others that used the server lately (on this test
+    database): each test starts with none."""
+    workspace_rate._client().delete(workspace_rate.usage_key())
+
+
 @pytest.fixture
 def parsed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """The sizes of the big texts `json.loads` was handed (the body parser's)."""
@@ -407,3 +414,41 @@ def test_a_busy_workspaces_calls_go_behind_a_quiet_ones(
     with django_capture_on_commit_callbacks(execute=True):
         kernel.create_run(workspace=busy.workspace, user=busy.users["operator"], body={"tasks": echoes})
     assert sent and {p for _, p in sent} == {normal}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_past_its_rate_a_workspace_using_less_than_its_share_is_still_served_and_the_heaviest_is_not() -> None:
+    """Beside a noisy workspace a quiet one's requests take longer, and their time is charged:
+    its bucket can run dry for the noise's doing. While it used less than the average of the
+    workspaces using the server lately it is still served; the one above the average is refused;
+    and a workspace alone past its rate is refused as before (it is the average)."""
+    heavy, light, alone = Team(), Team(), Team()
+    runs = {
+        name: str(
+            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
+                0
+            ].pk
+        )
+        for name, t in (("heavy", heavy), ("light", light), ("alone", alone))
+    }
+
+    def spend(team: Team, seconds: float) -> None:
+        request = type("Request", (), {})()
+        setattr(
+            request,
+            workspace_rate.CLOCK_ATTRIBUTE,
+            workspace_rate.WorkspaceClock(team.workspace.pk, threading.get_ident(), time.thread_time() - seconds, 0.0),
+        )
+        workspace_rate.charge_time(request)
+
+    with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=0.2):
+        spend(alone, 0.5)  # past its burst, nobody else about
+        _refused(alone.api("viewer").client.get(f"/api/v1/runs/{runs['alone']}"), "seconds")
+        workspace_rate._client().delete(workspace_rate.usage_key())
+        spend(heavy, 2.0)
+        spend(light, 0.5)  # past its burst too, but a quarter of the heavy one's use
+        assert light.api("viewer").get(f"/runs/{runs['light']}")[0] == 200
+        assert light.api("viewer").get(f"/runs/{runs['light']}")[0] == 200
+        _refused(heavy.api("viewer").client.get(f"/api/v1/runs/{runs['heavy']}"), "seconds")
+        spend(light, 3.0)  # now the heavier of the two: refused in its turn
+        _refused(light.api("viewer").client.get(f"/api/v1/runs/{runs['light']}"), "seconds")

@@ -30,9 +30,10 @@ Three buckets per workspace, each a rate and a burst:
   below the average of the workspaces that used the server lately (each one's seconds, decaying
   with a time constant of `SHARE_SECONDS`). Beside a noisy workspace a quiet one's requests take
   longer, and it is not the quiet one that is refused for it; alone past its rate, a workspace is
-  the average and is refused. Two heavy workspaces with nobody else about share the server. Requests differ a thousandfold in cost (a run
-  read, a create of 1,000 tasks): this is the bound that keeps a workspace's load, whatever its
-  requests, below what a web process can serve, with room left for every other workspace.
+  the average and is refused. Two heavy workspaces with nobody else about share the server.
+  Requests differ a thousandfold in cost (a run read, a create of 1,000 tasks): this is the bound
+  that keeps a workspace's load, whatever its requests, below what a web process can serve, with
+  room left for every other workspace.
 
 An empty bucket refuses 429 `workspace_rate_limited` (`bucket` names it) with `Retry-After` (the
 seconds until the bucket holds the request's cost again) before the body is read. Only members

@@ -57,6 +57,12 @@ def _run(team: Team) -> str:
     return str(body["run"]["id"])
 
 
+def _kernel_run(team: Team) -> str:
+    """A run held open by an await, made through the kernel: no request charged to any bucket."""
+    body = {"tasks": [{"key": "q", "kind": "await"}]}
+    return str(kernel.create_run(workspace=team.workspace, user=team.users["operator"], body=body)[0].pk)
+
+
 def _refused(response: Any, bucket: str) -> None:
     assert response.status_code == 429, response.content
     error = response.json()["error"]
@@ -82,14 +88,7 @@ def test_a_workspaces_members_together_cannot_exceed_its_request_rate(team: Team
 @override_settings(OZ0_WORKSPACE_REQUESTS_PER_SECOND=SLOW, OZ0_WORKSPACE_REQUEST_BURST=3)
 def test_a_quiet_neighbour_and_outsiders_are_untouched(team: Team) -> None:
     neighbour = Team()
-    run_id, other_run = (
-        str(
-            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
-                0
-            ].pk
-        )
-        for t in (team, neighbour)
-    )
+    run_id, other_run = (_kernel_run(t) for t in (team, neighbour))
     # An outsider's requests for the workspace's run are 404s that never drain its bucket.
     for _ in range(10):
         assert team.api("outsider").get(f"/runs/{run_id}")[0] == 404
@@ -142,14 +141,7 @@ def test_a_workspaces_server_time_is_bounded_whatever_its_requests(team: Team) -
     """The time bucket: a request is charged the CPU time it took; once the workspace's members
     spent its burst, the next request of any of them waits, a neighbour's does not."""
     neighbour = Team()
-    run_id, other_run = (
-        str(
-            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
-                0
-            ].pk
-        )
-        for t in (team, neighbour)
-    )
+    run_id, other_run = (_kernel_run(t) for t in (team, neighbour))
     with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=SLOW):
         assert team.api("viewer").get(f"/runs/{run_id}")[0] == 200  # admitted on a full bucket, then charged
         _refused(team.api("reader").client.get(f"/api/v1/runs/{run_id}"), "seconds")
@@ -167,14 +159,7 @@ def test_a_requests_time_waiting_on_the_database_is_charged_to_its_workspace() -
     backend's wait for a CPU is taken off); a neighbour is untouched. (No control of unheld requests fitting a burst: on a
     loaded machine their own query time is no fixed figure.)"""
     held, neighbour = Team(), Team()
-    held_run, other_run = (
-        str(
-            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
-                0
-            ].pk
-        )
-        for t in (held, neighbour)
-    )
+    held_run, other_run = (_kernel_run(t) for t in (held, neighbour))
     holding = threading.Event()
 
     def hold_the_row() -> None:
@@ -216,14 +201,7 @@ def test_the_work_a_requests_queries_give_the_database_is_charged_to_its_workspa
     from runs import selectors
 
     busy, neighbour = Team(), Team()
-    busy_run, other_run = (
-        str(
-            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
-                0
-            ].pk
-        )
-        for t in (busy, neighbour)
-    )
+    busy_run, other_run = (_kernel_run(t) for t in (busy, neighbour))
     real_run_for = selectors.run_for
     computed: list[float] = []
 
@@ -359,11 +337,7 @@ def test_the_server_time_is_charged_under_asgi_too() -> None:
     from django.test import AsyncClient
 
     team = Team()
-    run_id = str(
-        kernel.create_run(workspace=team.workspace, user=team.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
-            0
-        ].pk
-    )
+    run_id = _kernel_run(team)
     client, bearer = AsyncClient(), {"Authorization": f"Bearer {team.tokens['viewer']}"}
     with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=SLOW):
         assert async_to_sync(client.get)(f"/api/v1/runs/{run_id}", headers=bearer).status_code == 200
@@ -423,14 +397,7 @@ def test_past_its_rate_a_workspace_using_less_than_its_share_is_still_served_and
     workspaces using the server lately it is still served; the one above the average is refused;
     and a workspace alone past its rate is refused as before (it is the average)."""
     heavy, light, alone = Team(), Team(), Team()
-    runs = {
-        name: str(
-            kernel.create_run(workspace=t.workspace, user=t.users["operator"], body={"tasks": [{"key": "q", "kind": "await"}]})[
-                0
-            ].pk
-        )
-        for name, t in (("heavy", heavy), ("light", light), ("alone", alone))
-    }
+    runs = {name: _kernel_run(t) for name, t in (("heavy", heavy), ("light", light), ("alone", alone))}
 
     def spend(team: Team, seconds: float) -> None:
         request = type("Request", (), {})()

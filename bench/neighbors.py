@@ -10,16 +10,20 @@ workspace's operator measures, in the bench process, three things over and over:
 * **push**: a change of one of its runs (pause, then resume: the kernel in the bench process,
   stamped at commit) to the message on the operator's socket on `/ws/workspaces/{ws}/`.
 
-First alone for `window` seconds, then for as long again while the **noisy** workspace's members,
+Alone for half of `window` seconds, then for a whole window while the **noisy** workspace's members,
 in a process of their own (their own GIL, as other people's browsers and programs are), do all
 of it at once: four members, each signed in three times, try 20 sockets per session on the
 workspace (60 a person: 50 held, 10 refused with 4429 at the per-person cap); two threads post 900 KB run inputs without pause; a thread creates runs
 of four 2-second `test.sleep` calls, keeping 40 such calls queued or running; a thread creates
 runs of 20 quick calls without pause (each change pushed to the 180 sockets); two threads read
-their runs' documents without pause. Then once more beside the same noise without the big
-bodies (what a web process does with them is issue 27's item 1: the standing check before the
-body, body caps and rate limits). The figure of each probe is its p50 and p95 in each phase; the
-goal: beside (all the noise), at most twice alone.
+their runs' documents without pause. Then alone again for the window's other half (the noise's
+queued calls canceled, its running ones ended), and once more beside the same noise without the
+big bodies (what a web process does with them is issue 27's item 1: the standing check before the
+body, body caps and rate limits). The two halves alone are pooled: the machine's load drifting
+over a run (other sessions share it) weighs on both sides of the ratio, where a first phase
+alone took all of it (one run measured its quiet reads slower alone than beside). The figure of
+each probe is its p50 and p95 alone, beside and beside without the bodies; the goal: beside (all
+the noise), at most twice alone.
 
 The noise stays a closed loop: each of its threads sends its next request the moment the last is
 answered. What a real client does with a refusal it does too: a 429 or 503 is counted (by status,
@@ -251,6 +255,7 @@ class QuietProbes:
         self.push_runs = push_runs
         self.read_run = push_runs[0]
         self.changes = 0  # across windows: pause every run, then resume every run, and so on
+        self.pushes_missed = 0  # changes whose push reached the socket in no 30 s
 
     def measure(self, seconds: float) -> dict[str, list[float]]:
         import httpx
@@ -314,7 +319,11 @@ class QuietProbes:
                     time.sleep(0.1)
 
         def pushes() -> None:
+            # A message names its run and seq; a workspace's changes folded into one message
+            # (two within its window, the probe's and a quick call's) name the others in `runs`
+            # with the later change's seq: those count as arrivals of a change of theirs.
             arrivals: dict[tuple[str, int], float] = {}
+            named: dict[str, list[float]] = {}
             opened = threading.Event()
 
             async def listen() -> None:
@@ -326,9 +335,12 @@ class QuietProbes:
                             raw = await asyncio.wait_for(ws.recv(), timeout=0.2)
                         except TimeoutError:
                             continue
-                        message = json.loads(raw)
+                        at, message = time.time(), json.loads(raw)
                         key = (str(message.get("run")), int(message.get("seq") or 0))
-                        arrivals.setdefault(key, time.time())
+                        arrivals.setdefault(key, at)
+                        for other in message.get("runs") or []:
+                            if str(other) != key[0]:
+                                named.setdefault(str(other), []).append(at)
                 finally:
                     await ws.close()
 
@@ -348,11 +360,19 @@ class QuietProbes:
                     self.changes += 1
                     key = (run_id, int(changed.last_seq))
                     deadline = time.time() + 30
-                    # The first message of the run at or past this change's seq.
-                    while time.time() < deadline:
-                        told = min((at for (r, s), at in list(arrivals.items()) if r == run_id and s >= key[1]), default=None)
+                    # The first message of the run at or past this change's seq, or naming the run
+                    # among others after the commit.
+                    while True:
+                        exact = (at for (r, s), at in list(arrivals.items()) if r == run_id and s >= key[1])
+                        folded = (at for at in list(named.get(run_id, ())) if at >= stamp[0])
+                        told = min([*exact, *folded], default=None)
                         if told is not None:
                             results["push"].append((told - stamp[0]) * 1000)
+                            break
+                        # No message in 30 s, or 5 s past the window's end (which the phase
+                        # does not wait out): counted as a push lost.
+                        if time.time() >= deadline or (stop.is_set() and time.time() - stamp[0] > 5):
+                            self.pushes_missed += 1
                             break
                         time.sleep(0.002)
                     time.sleep(0.2)
@@ -445,7 +465,11 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     port, daphne = procs.web_server()
     probes = QuietProbes(port, quiet.slug, token, cookie, operator, push_runs)
     ctx = multiprocessing.get_context("spawn")
-    phases = {"alone": None, "beside": True, "beside, no big bodies": False}
+    # The quiet workspace alone in two halves of a window, one before the noise and one after it
+    # (its queued calls canceled and settled), pooled: a drift of the machine's load over the run
+    # weighs on both sides of the ratio, not on one.
+    phases = {"alone, first half": None, "beside": True, "alone, second half": None, "beside, no big bodies": False}
+    figured = ("alone", *(phase for phase, bodies in phases.items() if bodies is not None))
     measured: dict[str, dict[str, list[float]]] = {}
     noise_counts: dict[str, dict[str, Any]] = {}
     # Where the machine's time went in each phase: cores each process used, and the load average.
@@ -453,9 +477,9 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     load: dict[str, list[float]] = {}
     quiet_refused: dict[str, dict[str, int]] = {}
 
-    def measure(phase: str, named: dict[str, int]) -> dict[str, list[float]]:
+    def measure(phase: str, named: dict[str, int], seconds: float) -> dict[str, list[float]]:
         before, started = _cpu_seconds(procs, named), time.monotonic()
-        result = probes.measure(window)
+        result = probes.measure(seconds)
         quiet_refused[phase] = dict(probes.refused)
         after, took = _cpu_seconds(procs, named), time.monotonic() - started
         cores[phase] = {name: round((after[name] - before.get(name, 0.0)) / took, 2) for name in after}
@@ -466,8 +490,8 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
         probes.measure(min(3.0, window))  # warm: connections, the first requests of each path
         for phase, bodies in phases.items():
             if bodies is None:
-                say(f"neighbors: the quiet workspace alone for {window:.0f}s")
-                measured[phase] = measure(phase, {"bench (the quiet probes)": os.getpid()})
+                say(f"neighbors: the quiet workspace alone for {window / 2:.0f}s ({phase})")
+                measured[phase] = measure(phase, {"bench (the quiet probes)": os.getpid()}, window / 2)
                 continue
             ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
             cookies = [m[2] for m in members]
@@ -481,7 +505,7 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
                 time.sleep(2.0)  # the noise under way: bodies posting, slow calls queued
                 say(f"neighbors: the quiet workspace {phase} the noisy one for {window:.0f}s")
                 measured[phase] = measure(
-                    phase, {"bench (the quiet probes)": os.getpid(), "the noisy members": int(noise.pid or 0)}
+                    phase, {"bench (the quiet probes)": os.getpid(), "the noisy members": int(noise.pid or 0)}, window
                 )
                 stop.set()
                 noise_counts[phase] = out.get(timeout=200)
@@ -490,16 +514,20 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
                 stop.set()
                 if noise.is_alive():
                     noise.kill()
-            # The noisy workspace's queued calls are canceled between phases.
+            # The noisy workspace's queued calls are canceled between phases, and the calls it
+            # had running end (a canceled call's worker finishes its sleep) before the next.
             _cancel_all(noisy)
+            time.sleep(SLOW_SECONDS)
     finally:
         procs.stop(daphne)
+    halves = [measured.pop(phase) for phase in phases if phases[phase] is None]
+    measured["alone"] = {probe: [value for half in halves for value in half[probe]] for probe in halves[0]}
 
     section = Section()
     for probe in ("read", "quick call", "push"):
         alone = measured["alone"][probe]
         p95_alone = percentile(alone, 95) if alone else None
-        for phase in phases:
+        for phase in figured:
             values = measured[phase][probe]
             section.figures[f"{probe} p50, {phase}"] = summary([percentile(values, 50)] if values else [], "ms", digits=1)
             section.figures[f"{probe} p95, {phase}"] = summary([percentile(values, 95)] if values else [], "ms", digits=1)
@@ -521,8 +549,9 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     # One tenant must not hurt another: the quiet workspace is not to be refused beside the noise.
     # (Its probes use about 0.28 s of server time a second alone, past the default 0.25: a long
     # window can refuse it alone too, which the note shows.)
-    refused_beside = sum(sum(counts.values()) for phase, counts in quiet_refused.items() if phase != "alone")
+    refused_beside = sum(sum(counts.values()) for phase, counts in quiet_refused.items() if not phase.startswith("alone"))
     section.goals.append(Goal("quiet workspace's requests refused beside", "0", refused_beside, refused_beside == 0))
+    section.goals.append(Goal("quiet workspace's pushes lost", "0", probes.pushes_missed, probes.pushes_missed == 0))
     section.extra["quiet_refused"] = quiet_refused
     section.notes.append(
         "the quiet workspace refused (each Retry-After honoured, inside the probe's time): "
@@ -535,7 +564,7 @@ def run(profile: Profile, env: Environment, procs: Processes) -> Section:
     section.extra["worker_slots_per_workspace"] = settings.OZ0_WORKER_SLOTS_PER_WORKSPACE
     counts = noise_counts.get("beside", {})
     section.notes.append(
-        f"{window:.0f}s alone, then {window:.0f}s beside: {NOISY_MEMBERS} noisy members, "
+        f"{window / 2:.0f}s alone, {window:.0f}s beside, {window / 2:.0f}s alone again (the halves pooled): {NOISY_MEMBERS} noisy members, "
         f"{counts.get('sockets_open', 0)} sockets held ({counts.get('sockets_refused', 0)} refused over the caps), "
         f"{counts.get('big_bodies', 0)} inputs of {BIG_BODY_BYTES // 1024} KB, {counts.get('slow_runs', 0)} runs of four "
         f"{SLOW_SECONDS:.0f}s calls, {counts.get('quick_runs', 0)} runs of 20 quick calls, {counts.get('reads', 0)} reads; "

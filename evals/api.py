@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Router, Status
 
 from evals import cases, running
 from evals.models import OUTCOMES, VERDICTS
@@ -99,9 +99,9 @@ RESULTS_SUMMARY = f"outcomes {', '.join(OUTCOMES)}; verdicts {', '.join(VERDICTS
     response={200: CaseOut, 201: CaseOut, **ERRORS},
     summary="Keep a failed run as a regression case of its agent (the same run again: its case, 200)",
 )
-def keep_case(request: HttpRequest, run_id: str) -> tuple[int, dict[str, Any]]:
+def keep_case(request: HttpRequest, run_id: str) -> Status[dict[str, Any]]:
     case, created = cases.keep(user=request.user, run_id=run_id)
-    return (201 if created else 200), cases.document(request.user, case)
+    return Status(201 if created else 200, cases.document(request.user, case))
 
 
 @router.get(
@@ -123,10 +123,10 @@ def list_cases(request: HttpRequest, ws: str) -> dict[str, Any]:
     response={204: None, **ERRORS},
     summary="Delete a regression case (the evals that ran it keep their results)",
 )
-def delete_case(request: HttpRequest, ws: str, case_id: int) -> tuple[int, None]:
+def delete_case(request: HttpRequest, ws: str, case_id: int) -> Status[None]:
     workspace = selectors.workspace_for(request.user, ws)
     cases.delete(workspace=workspace, user=request.user, case_id=case_id)
-    return 204, None
+    return Status(204, None)
 
 
 @router.post(
@@ -136,10 +136,10 @@ def delete_case(request: HttpRequest, ws: str, case_id: int) -> tuple[int, None]
     openapi_extra=EVAL_BODY,
     summary="Run an agent's regression cases against one of its versions: one run per case, marked `eval`",
 )
-def start_eval(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
+def start_eval(request: HttpRequest, ws: str) -> Status[dict[str, Any]]:
     workspace = selectors.workspace_for(request.user, ws)
     evaluation = running.start(workspace=workspace, user=request.user, body=body_of(request))
-    return 201, running.document(evaluation)
+    return Status(201, running.document(evaluation))
 
 
 @router.get(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 
 from notify import subscriptions
 from oz0site.auth import person_auth
@@ -93,9 +93,9 @@ CREATE_BODY = {
     openapi_extra={"requestBody": CREATE_BODY},
     summary="Subscribe to approvals, questions or holds of a workspace (the webhook secret is shown once)",
 )
-def create_subscription(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+def create_subscription(request: HttpRequest) -> Status[dict[str, Any]]:
     row, secret = subscriptions.create(request.user, body_of(request))
-    return 201, subscriptions.document(row, secret=secret)
+    return Status(201, subscriptions.document(row, secret=secret))
 
 
 @router.delete(
@@ -104,6 +104,6 @@ def create_subscription(request: HttpRequest) -> tuple[int, dict[str, Any]]:
     response={204: None, **ERRORS},
     summary="Delete one of your subscriptions",
 )
-def delete_subscription(request: HttpRequest, subscription_id: int) -> tuple[int, None]:
+def delete_subscription(request: HttpRequest, subscription_id: int) -> Status[None]:
     subscriptions.delete(request.user, subscription_id)
-    return 204, None
+    return Status(204, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 from pydantic import Field, StrictInt, field_validator
 
 from oz0agents import access
@@ -138,7 +138,7 @@ def _register(request: HttpRequest, text: str, workspace: Workspace, canary: int
     try:
         registered = register(text, request.user, workspace=workspace, canary=canary)
     except InvalidManifest as invalid:
-        return 400, _invalid(invalid.linted)
+        return Status(400, _invalid(invalid.linted))
     agent = Agent.objects.get(pk=registered.version.agent_id)
     body = {
         "name": registered.version.agent.name,
@@ -149,7 +149,7 @@ def _register(request: HttpRequest, text: str, workspace: Workspace, canary: int
         "canary": agent.canary_percent if agent.canary_version_id == registered.version.pk else None,
     }
     # The contract answers 201 either way; `created` says whether this made a new version.
-    return 201, body
+    return Status(201, body)
 
 
 @router.post(

@@ -7,13 +7,16 @@ a bad or unreachable URL is one line naming the variable (exit 2), never a trace
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from oz0cli import ROOT, Fatal
+from oz0cli import ROOT, Fatal, say
 from oz0cli.embedded import EmbeddedPostgres, EmbeddedRedis
 from oz0site.config import ConfigurationError, check_reachable, checked_database_url, checked_redis_url
+
+SLOW_STOP_SECONDS = 2.0
 
 
 def data_dir() -> Path:
@@ -41,7 +44,11 @@ def services() -> Iterator[list[EmbeddedPostgres | EmbeddedRedis]]:
         yield [service for service in started if service.owned]
     finally:
         for service in reversed(started):
+            began = time.monotonic()
             service.stop()
+            took = time.monotonic() - began
+            if took >= SLOW_STOP_SECONDS:  # said, so a slow stop can be told from a hung one
+                say(f"the embedded {service.name} took {took:.1f}s to stop")
 
 
 def check_configuration() -> None:

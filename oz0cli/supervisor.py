@@ -90,6 +90,8 @@ class Supervisor:
         self.lock = threading.Lock()
         self.color = sys.stdout.isatty()
         self.gave_up = False
+        # How long the children get before each harder signal (see stop).
+        self.stop_graces: tuple[tuple[float, signal.Signals], ...] = ((8.0, signal.SIGQUIT), (5.0, signal.SIGKILL))
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
@@ -199,6 +201,7 @@ class Supervisor:
 
     def stop(self) -> None:
         running = [c for c in self.children if c.process is not None]
+        began = time.monotonic()
         self.line("oz0", "stopping " + ", ".join(c.name for c in running))
         processes = [c.process for c in running if c.process is not None]
         for process in processes:
@@ -206,7 +209,7 @@ class Supervisor:
         # A worker's warm shutdown waits for its running tasks; a demo tool sleeps for an
         # hour, so after a grace period the worker gets a cold shutdown (its message goes
         # back to the queue: acks_late), and anything still alive is killed.
-        for grace, sig in ((8.0, signal.SIGQUIT), (5.0, signal.SIGKILL)):
+        for grace, sig in self.stop_graces:
             deadline = time.monotonic() + grace
             for process in processes:
                 try:
@@ -216,12 +219,18 @@ class Supervisor:
             alive = [p for p in processes if p.poll() is None]
             if not alive:
                 break
+            self.line(
+                "oz0",
+                f"still running after {time.monotonic() - began:.0f}s: "
+                + ", ".join(c.name for c in running if c.process in alive)
+                + f"; sending {sig.name}",
+            )
             for process in alive:
                 (self._signal if sig == signal.SIGQUIT else self._kill)(process, sig)
         for process in processes:
             self._kill(process, signal.SIGKILL)  # stray grandchildren of an exited leader
             process.wait()
-        self.line("oz0", "stopped")
+        self.line("oz0", f"stopped in {time.monotonic() - began:.1f}s")
 
     @staticmethod
     def _signal(process: subprocess.Popen[bytes], sig: int) -> None:
@@ -236,25 +245,29 @@ class Supervisor:
             pass
 
 
-def wait_for_web(host: str, port: int, supervisor: Supervisor, timeout: float) -> bool:
+def wait_for_web(host: str, port: int, supervisor: Supervisor, timeout: float, *, probe_seconds: float = 5.0) -> bool:
     """Until a web child answers HTTP (they may be restarted meanwhile), `up` is stopped, or `timeout`.
     An answer, not a connection: the listening socket is `up`'s own and takes connections into its
-    backlog before any web process serves."""
+    backlog before any web process serves. Each probe waits `probe_seconds` for its answer: on a
+    machine whose cores are all busy, a first /healthz (its database, Redis and worker checks) takes
+    seconds, and a probe that gave up sooner would never see the web process answer."""
     webs = [child for child in supervisor.children if child.name == "web" or child.name.startswith("web-")]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if supervisor.stopping.is_set():
             return False
         supervisor.tend()
-        if any(web.process is not None and web.process.poll() is None for web in webs) and answers(host, port):
+        if any(web.process is not None and web.process.poll() is None for web in webs) and answers(
+            host, port, timeout=probe_seconds
+        ):
             return True
         time.sleep(0.1)
     return False
 
 
-def answers(host: str, port: int) -> bool:
-    """Whether something on host:port answers an HTTP request (any status) within a second."""
-    connection = http.client.HTTPConnection(host, port, timeout=1.0)
+def answers(host: str, port: int, *, timeout: float = 1.0) -> bool:
+    """Whether something on host:port answers an HTTP request (any status) within `timeout` seconds."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.request("GET", "/healthz")
         connection.getresponse().read()

@@ -25,6 +25,8 @@ from oz0cli.supervisor import Supervisor, wait_for_web
 from oz0site.db_roles import Roles, provision
 
 EMBEDDED_ROLES = Roles(owner="oz0_owner", app="oz0_app")
+# How long `up` waits for its web process to answer before it says it is still waiting.
+WEB_PATIENCE_SECONDS = 60
 
 
 def as_role(database_url: str, role: str) -> str:
@@ -95,8 +97,16 @@ def cmd_up(args: list[str]) -> int:
                 for role in processes.ROLES[1:]:
                     supervisor.start(role, argv(role))
             probe = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-            if wait_for_web(probe, port, supervisor, timeout=60):
-                shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+            shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+            waited = 0
+            # Never a silent give-up: until the web process answers or `up` is stopped, the address
+            # is printed the moment it serves, with a word each minute that it is still awaited.
+            while not wait_for_web(probe, port, supervisor, timeout=WEB_PATIENCE_SECONDS):
+                if supervisor.stopping.is_set():
+                    break
+                waited += WEB_PATIENCE_SECONDS
+                supervisor.line("oz0", f"the web process has not answered in {waited}s (a busy machine?): still waiting")
+            else:
                 supervisor.line("oz0", f"the console is at http://{shown}:{port}/  (log in with a demo user above; Ctrl-C stops)")
         except BaseException:
             supervisor.stop()

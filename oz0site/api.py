@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from contextvars import ContextVar
 from functools import wraps
 from typing import Any
 
 from django.apps import apps as django_apps
+from django.db import Error
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -20,6 +22,7 @@ from insights.api import router as insights_router
 from insights.catalog import openapi_failures
 from notify.api import router as notify_router
 from oz0agents.api import router as agents_router
+from oz0site import errors
 from oz0site.auth import person_auth
 from runs.api import router as runs_router
 from runs.approver_groups_api import router as approvers_router
@@ -29,6 +32,7 @@ from runs.holds_api import router as holds_router
 from runs.kernel import KernelError
 from runs.schemas import read_body
 from runs.walls_api import router as walls_router
+from runs.worker.reporting import is_database_error
 from schedules.api import router as schedules_router
 from tenancy.tokens import token_user
 
@@ -58,14 +62,26 @@ def with_caller(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 
 
 class Oz0Api(NinjaAPI):
-    """The OpenAPI document carries the failure kinds of the caller's agents, read at request time (F13)."""
+    """The OpenAPI document carries the failure kinds of the caller's agents, read at request time (F13).
+
+    The rest of it is the code's routes and schemas, the same for every caller until the process
+    restarts: built once per process and shared. Built per request it took about half a second
+    of the web process's CPU, and anyone may ask for it without signing in."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._built: dict[tuple[str | None, str], dict[str, Any]] = {}
+        self._building = threading.Lock()
 
     def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None) -> Any:
-        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        key = (path_prefix, repr(sorted((path_params or {}).items())))
+        with self._building:
+            if key not in self._built:
+                self._built[key] = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+            shared = self._built[key]
         kinds = openapi_failures(_openapi_caller.get())
-        schema["x-oz0-failures"] = kinds
-        schema["info"]["x-oz0-failures"] = kinds
-        return schema
+        # Only these two keys differ per caller: the shared document itself is never changed.
+        return {**shared, "info": {**shared["info"], "x-oz0-failures": kinds}, "x-oz0-failures": kinds}
 
 
 class StrictJsonParser(Parser):
@@ -104,6 +120,17 @@ def kernel_error(request: HttpRequest, error: KernelError) -> HttpResponse:
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)
     return response
+
+
+# Error, not DatabaseError: a connection already closed raises InterfaceError, which is not one.
+@api.exception_handler(Error)
+def database_unavailable(request: HttpRequest, error: Error) -> HttpResponse:
+    """The database unreachable, restarting, or this request's session ended by the server: the
+    typed 503 of oz0site/errors.py. What the request had committed before stays committed; its
+    open transaction is rolled back. Any other database error is oz0's own fault: a 500."""
+    if not is_database_error(error):
+        raise error
+    return errors.database_unavailable(request)
 
 
 @api.exception_handler(AuthenticationError)

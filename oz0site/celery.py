@@ -43,6 +43,15 @@ def freeze_the_startup_heap(**kwargs: Any) -> None:
     freeze_startup_heap()
 
 
+@signals.worker_shutting_down.connect
+def park_the_sessions_waiting_on_people(**kwargs: Any) -> None:
+    """A session worker told to stop parks its framework sessions that wait on a person
+    (runs/worker/harness/base.py `worker_stopping`), so its warm shutdown is not held up by them."""
+    from runs.worker.harness.base import worker_stopping
+
+    worker_stopping.set()
+
+
 @signals.beat_init.connect
 def start_the_sweeper(sender: Any = None, **kwargs: Any) -> None:
     """Beat runs the run sweeps itself, in a thread, and retention in another (runs/worker/periodic.py says why)."""

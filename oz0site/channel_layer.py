@@ -38,6 +38,10 @@ of a core's event loop). A workspace group's messages are handed on in this proc
 per `sockets / OZ0_WORKSPACE_PUSHES_PER_SECOND` seconds; the changes that arrive within that
 window are folded (oz0site.realtime.fold_runs: the latest change naming every run that changed)
 into one message at its end. A quiet workspace's first change in a while still goes at once.
+
+Why a workspace's push is told to the web share: the event loop's part of a push (the membership
+stamp, the frames) needs the interpreter that busy workspaces' requests hold; a push of a workspace
+with no request in flight here goes first as its quiet requests do (oz0site/web_share.py).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from typing import Any
 
 from channels_redis import pubsub
 from django.conf import settings
+
+from oz0site import web_share
 
 CONFIRM_POLL_SECONDS = 0.001
 # Past this the subscription is left to land on its own: a socket or a wait that gave up here
@@ -82,14 +88,22 @@ class PacedShardConnection(pubsub.RedisSingleShardConnection):
         if not members:
             super()._receive_message(message)
             return
-        if name.startswith(f"{layer.prefix}__group__ws.") and self._hold(name, message["data"], len(members)):
+        if self._workspace_of(name) is not None and self._hold(name, message["data"], len(members)):
             return
         self._fan_out(name, message["data"])
+
+    def _workspace_of(self, name: str) -> int | None:
+        """The workspace whose group the channel name is, or None (a run's group, a channel)."""
+        workspace = name.removeprefix(f"{self.channel_layer.prefix}__group__ws.")
+        return int(workspace) if workspace != name and workspace.isdigit() else None
 
     def _fan_out(self, name: str, data: bytes) -> None:
         members = self.channel_layer.groups.get(name)
         if not members:
             return
+        workspace = self._workspace_of(name)
+        if workspace is not None:
+            web_share.push_is_quiet(workspace)
         size = fan_out_slice()
         if size <= 0 or len(members) <= size:
             super()._receive_message({"channel": name, "data": data})

@@ -1,7 +1,10 @@
-"""Checks of the connection URLs, so a bad value is one clear line, not a traceback."""
+"""Checks of the connection URLs, so a bad value is one clear line, not a traceback, and what the
+settings add to a connection."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -24,6 +27,52 @@ def checked_database_url(value: str) -> str:
     if not parts.path.strip("/") and not parts.query:
         raise ConfigurationError("DATABASE_URL names no database: add /NAME after the host")
     return value
+
+
+def idle_in_transaction_milliseconds(seconds: float) -> int:
+    """PostgreSQL's idle_in_transaction_session_timeout for a bound in seconds (0 would mean none)."""
+    return max(1, round(seconds * 1000))
+
+
+@contextmanager
+def migrating(connection: Any) -> Iterator[None]:
+    """A migration's session, without the idle-in-transaction bound: between the statements of a
+    migration's transaction runs its own Python (the models' states built, a data migration's
+    loop), on a loaded machine for longer than any lease, and the server would end it half-way.
+    The connection's own bound comes back after (a test run migrates, then goes on with it).
+    Migrations connect to PostgreSQL itself, never through PgBouncer, so the setting goes no
+    further than this session."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET idle_in_transaction_session_timeout = 0")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET idle_in_transaction_session_timeout")
+
+
+def idle_in_transaction_option(seconds: float, given: str = "") -> str:
+    """libpq's `options` startup parameter with PostgreSQL's idle-in-transaction timeout added to
+    what DATABASE_URL's own `?options=` gave."""
+    setting = f"-c idle_in_transaction_session_timeout={idle_in_transaction_milliseconds(seconds)}"
+    return f"{given} {setting}" if given else setting
+
+
+def dead_peer_options(seconds: float) -> dict[str, int]:
+    """libpq's connection parameters that give up on a database host which has answered nothing for
+    about `seconds` (a cut network, a host gone without a word): TCP keepalives on an idle
+    connection, and a bound on data sent and not acknowledged. Without them a process waits for a
+    silent peer until TCP gives up, which takes many minutes. A slow query is not silence: the
+    server's kernel acknowledges both. 0: none (TCP's own defaults)."""
+    if seconds <= 0:
+        return {}
+    return {
+        "keepalives": 1,
+        "keepalives_idle": max(1, round(seconds / 2)),
+        "keepalives_interval": max(1, round(seconds / 6)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": round(seconds * 1000),
+    }
 
 
 def checked_redis_url(value: str) -> str:

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import connection
 from psycopg import sql
+
+from oz0site.config import idle_in_transaction_milliseconds
 
 # What the app does to oz0's tables: rows only. Sequences: the ids of new rows.
 TABLE_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE"
@@ -88,4 +91,19 @@ def provision(roles: Roles, *, owner_password: str | None = None, app_password: 
                 )
             )
         done.append(f"{roles.app}: {TABLE_PRIVILEGES} on every table, now and after each migration")
+        done.append(_bound_idle_transactions(cursor, app))
     return done
+
+
+def _bound_idle_transactions(cursor: object, app: sql.Identifier) -> str:
+    """The app role's sessions are ended by the server after DB_IDLE_IN_TRANSACTION_SECONDS idle
+    inside a transaction (settings.py says why). Set on the role too, not only as each
+    connection's startup option: PgBouncer does not pass that option on."""
+    seconds = float(settings.DB_IDLE_IN_TRANSACTION_SECONDS)
+    if seconds <= 0:
+        cursor.execute(sql.SQL("ALTER ROLE {} RESET idle_in_transaction_session_timeout").format(app))  # type: ignore[attr-defined]
+        return "sessions idle in a transaction: never ended by the server"
+    milliseconds = sql.Literal(idle_in_transaction_milliseconds(seconds))
+    statement = sql.SQL("ALTER ROLE {} SET idle_in_transaction_session_timeout = {}").format(app, milliseconds)
+    cursor.execute(statement)  # type: ignore[attr-defined]
+    return f"sessions idle in a transaction for {seconds:g} s: ended by the server, their locks freed"

@@ -11,7 +11,13 @@ from pathlib import Path
 import environ
 
 from oz0site import tracing
-from oz0site.config import ConfigurationError, checked_database_url, checked_redis_url
+from oz0site.config import (
+    ConfigurationError,
+    checked_database_url,
+    checked_redis_url,
+    dead_peer_options,
+    idle_in_transaction_option,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -101,6 +107,12 @@ DATABASES = {"default": environ.Env.db_url_config(DATABASE_URL)}
 # Health checks drop a connection the server closed instead of failing the next task.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=300)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A process gives up on a database host that has answered nothing this long (a cut network, a host
+# gone) and connects again, instead of waiting many minutes for TCP to; what DATABASE_URL's own
+# query gives (`?keepalives_idle=...`) wins. 0: TCP's own defaults.
+DB_DEAD_PEER_SECONDS = env.float("DB_DEAD_PEER_SECONDS", default=30.0)
+for _name, _value in dead_peer_options(DB_DEAD_PEER_SECONDS).items():
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_name, _value)
 # The web process (daphne, ASGI) runs views and consumers on many threads: there a pool of
 # connections (psycopg_pool, through Django) replaces both persistent connections, which
 # Django advises against under ASGI, and a new session per request. `./oz0 up` sets it there.
@@ -379,7 +391,8 @@ OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = env.float("OZ0_WORKER_BUSY_MESSAGES_PER_SE
 OZ0_WEB_SLOTS_PER_WORKSPACE = env.int("OZ0_WEB_SLOTS_PER_WORKSPACE", default=2)
 OZ0_WEB_SLOT_WAIT_SECONDS = env.float("OZ0_WEB_SLOT_WAIT_SECONDS", default=30.0)
 # While a request of a workspace with nothing else in flight runs, another workspace's second or
-# later request waits for it at most this long (oz0site/web_share.py, quiet first); 0: no priority.
+# later request waits for it, and one already running pauses before its next query, each at most
+# this long over its life (oz0site/web_share.py, quiet first); 0: no priority.
 OZ0_WEB_QUIET_FIRST_SECONDS = env.float("OZ0_WEB_QUIET_FIRST_SECONDS", default=0.25)
 # Each workspace's quotas (0: none), refused 429/403 `quota_exceeded` naming the quota: runs not
 # finished, tasks one run holds from people's creates and appends, bytes of its runs' stored inputs.
@@ -391,6 +404,18 @@ OZ0_TEST_SLEEP_MAX = env.float("OZ0_TEST_SLEEP_MAX", default=60.0)
 # A claimed call whose holder has not heartbeaten for this long is presumed dead.
 OZ0_LEASE_SECONDS = env.float("OZ0_LEASE_SECONDS", default=30.0)
 OZ0_HEARTBEAT_SECONDS = env.float("OZ0_HEARTBEAT_SECONDS", default=1.0)
+# A session idle inside a transaction this long is ended by PostgreSQL, which frees its locks: a
+# process cut off from the network (or frozen) mid-transaction would otherwise hold its run's row
+# lock until TCP gave up on it, hours later, and every sweep, report and click on that run (and
+# the sweeper behind it, for every run) would wait. A holder that went quiet for a lease is
+# presumed dead anyway; but never sooner than 30 s by default: a process starved of CPU for a few
+# seconds (a test stack's short lease on a loaded machine) is slow, not gone, and ending its
+# transaction would cost it a retry. 0: never. Behind PgBouncer the startup option is not passed
+# on: there `./oz0 manage db_roles` sets it on the app role (oz0site/db_roles.py).
+DB_IDLE_IN_TRANSACTION_SECONDS = env.float("DB_IDLE_IN_TRANSACTION_SECONDS", default=max(OZ0_LEASE_SECONDS, 30.0))
+if DB_IDLE_IN_TRANSACTION_SECONDS > 0 and not DB_PGBOUNCER:
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options["options"] = idle_in_transaction_option(DB_IDLE_IN_TRANSACTION_SECONDS, str(_options.get("options", "")))
 # A ready task whose Celery message never arrived is sent again after this long.
 OZ0_REQUEUE_SECONDS = env.float("OZ0_REQUEUE_SECONDS", default=15.0)
 # A queued call over its workspace's share gains one priority step per this many seconds waited.

@@ -12,16 +12,25 @@
   once with CLOSE_TOO_MANY, so the client reads a code, not a failed handshake.
 * **A session.** Every socket joins its session's group; signing out (`user_logged_out`) sends
   `session.ended` there, and the socket closes with CLOSE_SIGNED_OUT.
+* **No one thread.** A socket's database work (its session's user, its membership) runs in the
+  event loop's pool of threads (`database_call`), never on the process's one thread for
+  thread-sensitive calls, where Channels runs its own: there a neighbour's storm of connects
+  queued every other workspace's connect behind it. `session_auth` replaces Channels'
+  AuthMiddlewareStack for that.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
+from channels.auth import AuthMiddleware, get_user
+from channels.db import database_sync_to_async
 from channels.security.websocket import WebsocketDenier
+from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.conf import settings
 from django.db import connection
 from django.http.request import split_domain_port, validate_host
@@ -34,6 +43,34 @@ LEASE_SECONDS = 120.0
 RENEW_SECONDS = LEASE_SECONDS / 3
 
 DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def database_call(func: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """`func` made awaitable for a socket: run in the event loop's pool of threads, the stale
+    connection closed around it (a pooled connection goes back to the pool), as Channels'
+    `database_sync_to_async` does but off the process's one thread for thread-sensitive calls.
+    Each call stands alone (no transaction spans two), so no thread needs to be the same one."""
+    return database_sync_to_async(func, thread_sensitive=False)
+
+
+# Channels' get_user (the session read, then its user), as it is but off the one thread.
+_user_of_session = database_call(get_user.func)
+
+
+class SessionUserMiddleware(AuthMiddleware):
+    """Channels' AuthMiddleware, its user read through `database_call`."""
+
+    async def resolve_scope(self, scope: dict[str, Any]) -> None:
+        scope["user"]._wrapped = await _user_of_session(scope)
+
+
+def session_auth(inner: Any) -> Any:
+    """Cookies, the session, its user: Channels' AuthMiddlewareStack, but for the thread."""
+    return CookieMiddleware(SessionMiddleware(SessionUserMiddleware(inner)))
+
 
 # KEYS: the user's set, the session's set. ARGV: channel, now, lease end, user cap, session cap.
 # Returns 0 (taken), 1 (the user is at the cap) or 2 (the session is).

@@ -20,3 +20,6 @@ urlpatterns = [
     path("", include("console.urls")),
     path("", include("notify.urls")),
 ]
+
+# A database that cannot be reached answers 503 with Retry-After (oz0site/errors.py), not a 500.
+handler500 = "oz0site.errors.server_error"

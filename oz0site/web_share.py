@@ -21,6 +21,15 @@ in flight in this process (a *quiet* request) goes first: while one runs, anothe
 request that would be its own workspace's second or later in flight waits (up to
 OZ0_WEB_QUIET_FIRST_SECONDS, so a stream of quiet workspaces cannot starve a busy one), and the
 quiet request shares the interpreter only with what was already running when it came.
+
+**What was already running yields too.** Held back at the door, a busy workspace's requests in
+flight still ran beside the quiet one: with two of them, the quiet request had a third of the
+interpreter. So a request that is not quiet pauses before its next database query while another
+workspace's quiet request runs, until that one ends, and for at most OZ0_WEB_QUIET_FIRST_SECONDS
+over its whole life (a stream of quiet requests cannot starve it). The pause is taken between
+queries, never inside one, and charged to no one's server time (it uses no CPU and no query).
+A push being handed to a quiet workspace's sockets counts as a quiet request for
+QUIET_PUSH_SECONDS: the event loop that hands it on needs the interpreter too.
 """
 
 from __future__ import annotations
@@ -66,6 +75,10 @@ class _Share:
 _shares: dict[int, _Share] = {}
 # Per workspace: its running requests that came when it had nothing else in flight (quiet ones).
 _quiet: dict[int, int] = {}
+# Notified whenever a workspace's last quiet request ends: what paused for it looks again.
+_quiet_ended = threading.Condition(_lock)
+# On a request: how many seconds it may still pause for other workspaces' quiet requests.
+PAUSE_ATTRIBUTE = "_oz0_quiet_pause_left"
 
 
 def in_use(workspace_id: int) -> tuple[int, int]:
@@ -76,7 +89,19 @@ def in_use(workspace_id: int) -> tuple[int, int]:
 
 
 def _another_quiet(workspace_id: int) -> bool:
-    return any(count > 0 for other, count in _quiet.items() if other != workspace_id)
+    """(Under the lock.) Whether another workspace's quiet request, or quiet push, is in flight."""
+    if any(count > 0 for other, count in _quiet.items() if other != workspace_id):
+        return True
+    return bool(_quiet_pushes) and _next_push_end(workspace_id, time.monotonic()) is not None
+
+
+def _wait_for_quiet(workspace_id: int, timeout: float, condition: threading.Condition) -> None:
+    """(Under the lock.) Wait on `condition` at most `timeout`, and no later than the end of another
+    workspace's quiet push (which ends by its time, with no notice)."""
+    push_end = _next_push_end(workspace_id, time.monotonic()) if _quiet_pushes else None
+    if push_end is not None:
+        timeout = min(timeout, push_end - time.monotonic())
+    condition.wait(timeout=max(0.0, timeout))
 
 
 def take(request: HttpRequest, workspace_id: int) -> None:
@@ -118,7 +143,7 @@ def take(request: HttpRequest, workspace_id: int) -> None:
                 # queue or another's quiet request ending; else at the end of the quiet-first wait,
                 # or of the whole wait.
                 wake_at = started + waited if not first or share.running >= slots or now >= quiet_until else quiet_until
-                share.turn.wait(timeout=max(0.0, wake_at - now))
+                _wait_for_quiet(workspace_id, wake_at - now, share.turn)
         finally:
             share.waiting -= 1
             share.queue.remove(ticket)
@@ -150,6 +175,7 @@ def give_back(request: HttpRequest) -> None:
                 _quiet[workspace_id] = left
             else:
                 _quiet.pop(workspace_id, None)
+                _quiet_ended.notify_all()
                 # Other workspaces' requests held back for this one may go (their own order kept).
                 for other_id, other in _shares.items():
                     if other_id != workspace_id and other.waiting and other.running < slots:
@@ -162,6 +188,61 @@ def give_back(request: HttpRequest) -> None:
         _forget_if_idle(workspace_id, share)
 
 
+# How long a quiet workspace's push, as it is handed to its sockets, counts as a quiet request: the
+# event loop's part of a push (its sockets' membership stamp, the frames) takes a few turns of the
+# loop, and each turn needs the interpreter the busy workspaces' requests hold.
+QUIET_PUSH_SECONDS = 0.02
+# Per workspace: until when (time.monotonic) its push being handed on counts as quiet. A mark ends
+# by its time alone, so none outlives an event loop that stopped.
+_quiet_pushes: dict[int, float] = {}
+
+
+def push_is_quiet(workspace_id: int) -> None:
+    """(The event loop's thread, handing a workspace's push to its sockets.) A push of a workspace
+    with no request in flight in this process goes first as its quiet requests do: for
+    QUIET_PUSH_SECONDS, busy workspaces' requests pause before their next query."""
+    if float(settings.OZ0_WEB_QUIET_FIRST_SECONDS) <= 0:
+        return
+    with _lock:
+        if workspace_id not in _shares:  # its own requests in flight: not quiet
+            _quiet_pushes[workspace_id] = time.monotonic() + QUIET_PUSH_SECONDS
+
+
+def _next_push_end(workspace_id: int, now: float) -> float | None:
+    """(Under the lock.) When the next of other workspaces' quiet pushes ends; expired marks go."""
+    for other, until in list(_quiet_pushes.items()):
+        if until <= now:
+            del _quiet_pushes[other]
+    ends = [until for other, until in _quiet_pushes.items() if other != workspace_id]
+    return min(ends) if ends else None
+
+
+def pause_for_quiet(request: HttpRequest) -> None:
+    """While another workspace's quiet request runs, a request holding its share that is not quiet
+    itself waits for it to end, within what is left of its own allowance."""
+    held = getattr(request, SHARE_ATTRIBUTE, None)
+    if held is None or held[1]:
+        return
+    workspace_id = held[0]
+    if not _quiet and not _quiet_pushes:  # the common case: nothing quiet anywhere (read without the lock)
+        return
+    left = getattr(request, PAUSE_ATTRIBUTE, None)
+    if left is None:
+        left = max(0.0, float(settings.OZ0_WEB_QUIET_FIRST_SECONDS))
+    if left <= 0:
+        return
+    started, paused = time.monotonic(), False
+    with _lock:
+        while _another_quiet(workspace_id):
+            remaining = left - (time.monotonic() - started)
+            if remaining <= 0:
+                break
+            paused = True
+            _wait_for_quiet(workspace_id, remaining, _quiet_ended)
+    if paused:
+        setattr(request, PAUSE_ATTRIBUTE, max(0.0, left - (time.monotonic() - started)))
+
+
 def _forget_if_idle(workspace_id: int, share: _Share) -> None:
     if share.running <= 0 and share.waiting <= 0:
         _shares.pop(workspace_id, None)
@@ -172,7 +253,13 @@ class WebShareMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        def between_queries(execute: Callable[..., object], sql: object, params: object, many: bool, context: object) -> object:
+            pause_for_quiet(request)
+            return execute(sql, params, many, context)
+
         try:
-            return self.get_response(request)
+            # Outermost of the query wrappers: a pause is no part of a query's charged time.
+            with connection.execute_wrapper(between_queries):
+                return self.get_response(request)
         finally:
             give_back(request)

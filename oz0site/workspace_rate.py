@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -297,9 +298,15 @@ def backend_schedstat(database: Any) -> Path | None:
 
 def _queued_seconds(path: Path) -> float | None:
     """The seconds a process has waited for a CPU while it could run (the second field of its
-    schedstat, in nanoseconds): time the machine's other load took from it."""
+    schedstat, in nanoseconds): time the machine's other load took from it. Read twice a query, so
+    with the bare system calls (a quarter of `read_text`'s cost)."""
     try:
-        return int(path.read_text().split()[1]) / 1e9
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            fields = os.read(descriptor, 256).split()
+        finally:
+            os.close(descriptor)
+        return int(fields[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
 

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Query, Router
+from ninja import Query, Router, Status
 
 from oz0site.auth import person_auth
 from runs import idempotency, kernel, run_list, selectors, waits
@@ -92,14 +92,14 @@ def _document(request: HttpRequest, run: Any) -> dict[str, Any]:
     openapi_extra={**idempotency.OPENAPI, **request_body(kernel.create_body_schema())},
 )
 @idempotency.idempotent(idempotency.workspace_named)
-def create_run(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
+def create_run(request: HttpRequest, ws: str) -> Status[dict[str, Any]]:
     """The body's one validator is the kernel's compile (runs.kernel.request_shapes.CREATE_FIELDS), which
     also writes the document's schema for it; the route's auth checked standing before the body."""
     workspace = selectors.workspace_for(request.user, ws)
     body = body_of(request)
     run, receipt = kernel.create_run(workspace=workspace, user=request.user, body=body)
     document = _document(request, run)
-    return 201, {"run": document, "receipt": _receipt(receipt, body, document["last_seq"])}
+    return Status(201, {"run": document, "receipt": _receipt(receipt, body, document["last_seq"])})
 
 
 @router.get("/workspaces/{ws}/runs", auth=READ_WS, response={200: RunPage, **ERRORS}, summary="List a workspace's runs")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Router, Status
 
 from runs import approver_groups, selectors
 from runs.api import body_of
@@ -92,10 +92,10 @@ def list_groups(request: HttpRequest, ws: str) -> dict[str, Any]:
     body=request_body(["name", "tools", "members"], GROUP_BODY),
     summary="Make an approver group (409 group_exists when the name is taken)",
 )
-def create_group(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
+def create_group(request: HttpRequest, ws: str) -> Status[dict[str, Any]]:
     workspace = selectors.workspace_for(request.user, ws)
     group = approver_groups.create(workspace=workspace, user=request.user, body=body_of(request))
-    return 201, approver_groups.document(approver_groups.with_members(group))
+    return Status(201, approver_groups.document(approver_groups.with_members(group)))
 
 
 @operator_write(
@@ -120,10 +120,10 @@ def replace_group(request: HttpRequest, ws: str, approver_group_id: int) -> dict
     status=204,
     summary="Delete an approver group (its calls go back to the operators)",
 )
-def delete_group(request: HttpRequest, ws: str, approver_group_id: int) -> tuple[int, None]:
+def delete_group(request: HttpRequest, ws: str, approver_group_id: int) -> Status[None]:
     workspace = selectors.workspace_for(request.user, ws)
     approver_groups.delete(workspace=workspace, group_id=approver_group_id)
-    return 204, None
+    return Status(204, None)
 
 
 @member_read(

@@ -18,11 +18,12 @@ import contextlib
 import logging
 from typing import Any
 
-from channels.db import database_sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from oz0site import sockets
 from oz0site.realtime import run_group, workspace_group
+from oz0site.sockets import database_call
 from runs.models import Run
 from tenancy import membership
 from tenancy.models import Membership, Workspace
@@ -46,6 +47,18 @@ class _MemberConsumer(AsyncJsonWebsocketConsumer):
     stamp: str | None = None
     lease: tuple[Any, str] | None = None
     renewer: asyncio.Task[None] | None = None
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels closes stale database connections before every handler, through the process's
+        one thread for thread-sensitive calls: a push wave to a neighbour's 180 sockets queued 180
+        hops on it (each waiting for the GIL behind the request threads), and a quiet workspace's
+        push waited behind them all. These handlers touch the database only through
+        `database_call` (oz0site.sockets), which closes stale connections in its own call; the event
+        loop's thread holds none."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def _join(self, group: str | None) -> None:
         if group is None:
@@ -88,7 +101,7 @@ class _MemberConsumer(AsyncJsonWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated or self.workspace_id is None:
             return False
-        return bool(await database_sync_to_async(member_of)(user.pk, self.workspace_id))
+        return bool(await database_call(member_of)(user.pk, self.workspace_id))
 
     async def _still_member(self, wave: str | None) -> bool:
         """The stamp moves on every membership change: only then is the database asked again.
@@ -147,7 +160,7 @@ class RunConsumer(_MemberConsumer):
         self.stamp = await self._stamp()
         await self._join(await self._group())
 
-    @database_sync_to_async
+    @database_call
     def _group(self) -> str | None:
         user = self.scope.get("user")
         run = Run.objects.filter(pk=self.scope["url_route"]["kwargs"]["run_id"]).only("id", "workspace_id").first()
@@ -162,7 +175,7 @@ class WorkspaceConsumer(_MemberConsumer):
         self.stamp = await self._stamp()
         await self._join(await self._group())
 
-    @database_sync_to_async
+    @database_call
     def _group(self) -> str | None:
         user = self.scope.get("user")
         workspace = Workspace.objects.filter(slug=self.scope["url_route"]["kwargs"]["slug"]).first()

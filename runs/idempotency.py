@@ -34,7 +34,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja.responses import NinjaJSONEncoder
+from ninja.responses import NinjaJSONEncoder, Status
 
 from runs.kernel import Conflict, InvalidRequest
 from runs.models import IdempotencyKey, Run
@@ -96,7 +96,7 @@ def _key_of(request: HttpRequest) -> str | None:
     return raw
 
 
-def _first_answer(workspace_id: int, user_id: int, key: str, print_: str) -> tuple[int, Any] | None:
+def _first_answer(workspace_id: int, user_id: int, key: str, print_: str) -> Status[Any] | None:
     """The answer kept for the key, if it is kept and was the same request's."""
     kept = IdempotencyKey.objects.filter(workspace_id=workspace_id, user_id=user_id, key=key).first()
     if kept is None:
@@ -109,7 +109,7 @@ def _first_answer(workspace_id: int, user_id: int, key: str, print_: str) -> tup
             "idempotency_key_reused",
             "this Idempotency-Key was already used for another request (another body, run or endpoint); use a new key",
         )
-    return kept.status, kept.answer
+    return Status(kept.status, kept.answer)
 
 
 def idempotent(scope: Scope) -> Callable[[View], View]:
@@ -131,7 +131,7 @@ def idempotent(scope: Scope) -> Callable[[View], View]:
             try:
                 with transaction.atomic():
                     answer = view(request, *args, **kwargs)
-                    status, body = answer if isinstance(answer, tuple) else (200, answer)
+                    status, body = (answer.status_code, answer.value) if isinstance(answer, Status) else (200, answer)
                     stored = json.loads(json.dumps(body, cls=NinjaJSONEncoder))
                     IdempotencyKey.objects.create(
                         workspace_id=workspace_id, user_id=user_id, key=key, fingerprint=print_, status=status, answer=stored

@@ -22,7 +22,7 @@ from django.utils.dateparse import parse_datetime
 
 from runs import failures
 from runs.kernel import InvalidRequest, NotFound, priority_name, quota_limits, repair_candidates_of, spec_digest
-from runs.models import RUN_OPEN, Run, Task, TaskStatus, TraceEvent
+from runs.models import RUN_OPEN, Run, Task, TaskKind, TaskStatus, TraceEvent
 from runs.permissions import can_read_content
 from runs.schemas import FirstApproval, TaskDocument
 from runs.usage_prices import model_of, usage_cost
@@ -230,10 +230,14 @@ def run_document(user: Any, run: Run, tasks: Iterable[Task] | None = None) -> di
     doc["usage"] = billed_usage(rows)
     doc["cost"] = run_cost(run)
     doc["code"] = code_document(run, rows)
-    doc["children"] = children_of(run, content)
-    doc["waiting_for_slot"] = waiting_for_slot(run)
+    # What only some tasks can have is asked of the database only when the run has such a task:
+    # a read of a run of plain tool calls makes three queries fewer.
+    kinds, task_statuses = {t.kind for t in rows}, {t.status for t in rows}
+    doc["children"] = children_of(run, content) if TaskKind.DELEGATE in kinds else []
+    round_waits = TaskKind.ROUND in kinds and TaskStatus.WAITING in task_statuses
+    doc["waiting_for_slot"] = waiting_for_slot(run) if round_waits else None
     sessions = session_states(run)
-    approvals = first_approvals(run)
+    approvals = first_approvals(run) if TaskStatus.NEEDS_APPROVAL in task_statuses else {}
     for task_doc in doc["tasks"]:
         if task_doc["key"] in sessions:
             task_doc["session"] = sessions[task_doc["key"]]

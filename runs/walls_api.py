@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Router, Status
 
 from runs import selectors, walls
 from runs.api import body_of
@@ -50,9 +50,9 @@ def list_walls(request: HttpRequest, ws: str) -> dict[str, Any]:
     body=request_body(["agent", "members"], {"agent": AGENT, "members": MEMBERS}),
     summary="Wall members off from an agent's runs' words (409 wall_exists when the agent has one)",
 )
-def create_wall(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
+def create_wall(request: HttpRequest, ws: str) -> Status[dict[str, Any]]:
     workspace = selectors.workspace_for(request.user, ws)
-    return 201, walls.document(walls.create(workspace=workspace, user=request.user, body=body_of(request)))
+    return Status(201, walls.document(walls.create(workspace=workspace, user=request.user, body=body_of(request))))
 
 
 @operator_write(
@@ -69,7 +69,7 @@ def change_wall(request: HttpRequest, ws: str, wall_id: int) -> dict[str, Any]:
 
 
 @operator_write(router, "DELETE", "/workspaces/{ws}/walls/{wall_id}", None, status=204, summary="Take a wall down")
-def delete_wall(request: HttpRequest, ws: str, wall_id: int) -> tuple[int, None]:
+def delete_wall(request: HttpRequest, ws: str, wall_id: int) -> Status[None]:
     workspace = selectors.workspace_for(request.user, ws)
     walls.delete(workspace=workspace, wall_id=wall_id)
-    return 204, None
+    return Status(204, None)

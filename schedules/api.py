@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Router, Status
 
 from runs import selectors
 from runs.api import ERRORS, body_of
@@ -109,10 +109,10 @@ def list_schedules(request: HttpRequest, ws: str) -> dict[str, Any]:
     body=CREATE_BODY,
     summary="Create a schedule: a run-create body started on a cron or an interval",
 )
-def create_schedule(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
+def create_schedule(request: HttpRequest, ws: str) -> Status[dict[str, Any]]:
     workspace = selectors.workspace_for(request.user, ws)
     schedule = services.create(workspace=workspace, user=request.user, body=body_of(request))
-    return 201, services.document(request.user, schedule)
+    return Status(201, services.document(request.user, schedule))
 
 
 @member_read(router, "/workspaces/{ws}/schedules/{schedule_id}", ScheduleOut, summary="One schedule")
@@ -161,10 +161,10 @@ def resume_schedule(request: HttpRequest, ws: str, schedule_id: int) -> dict[str
     status=204,
     summary="Delete a schedule (its audit rows stay)",
 )
-def delete_schedule(request: HttpRequest, ws: str, schedule_id: int) -> tuple[int, None]:
+def delete_schedule(request: HttpRequest, ws: str, schedule_id: int) -> Status[None]:
     workspace = selectors.workspace_for(request.user, ws)
     services.delete(workspace=workspace, user=request.user, schedule_id=schedule_id)
-    return 204, None
+    return Status(204, None)
 
 
 @member_read(
@@ -291,18 +291,18 @@ def list_triggers(request: HttpRequest, ws: str) -> dict[str, Any]:
     body=TRIGGER_BODY,
     summary="Create a signed trigger (its secret is shown once, in this answer)",
 )
-def create_trigger(request: HttpRequest, ws: str) -> tuple[int, dict[str, Any]]:
+def create_trigger(request: HttpRequest, ws: str) -> Status[dict[str, Any]]:
     workspace = selectors.workspace_for(request.user, ws)
     trigger, secret = triggers.create(workspace=workspace, user=request.user, body=body_of(request))
     response = triggers.document(trigger, secret=secret)
-    return 201, response
+    return Status(201, response)
 
 
 @operator_write(router, "DELETE", "/workspaces/{ws}/triggers/{trigger_id}", None, status=204, summary="Delete a signed trigger")
-def delete_trigger(request: HttpRequest, ws: str, trigger_id: int) -> tuple[int, None]:
+def delete_trigger(request: HttpRequest, ws: str, trigger_id: int) -> Status[None]:
     workspace = selectors.workspace_for(request.user, ws)
     triggers.delete(workspace=workspace, user=request.user, trigger_id=trigger_id)
-    return 204, None
+    return Status(204, None)
 
 
 @router.post(
@@ -312,5 +312,5 @@ def delete_trigger(request: HttpRequest, ws: str, trigger_id: int) -> tuple[int,
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": {}}}}},
     summary="A signed delivery from an outside system: starts one run per idempotency key",
 )
-def deliver_trigger(request: HttpRequest, public_id: str) -> tuple[int, dict[str, Any]]:
+def deliver_trigger(request: HttpRequest, public_id: str) -> Status[dict[str, Any]]:
     return triggers.deliver(request, public_id)

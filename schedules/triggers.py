@@ -30,6 +30,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
+from ninja import Status
 
 from oz0site import ratelimit
 from runs import kernel
@@ -233,7 +234,7 @@ def _declared_length(request: HttpRequest) -> int:
         return 0
 
 
-def deliver(request: HttpRequest, public_id: str) -> tuple[int, dict[str, Any]]:
+def deliver(request: HttpRequest, public_id: str) -> Status[dict[str, Any]]:
     trigger = Trigger.objects.select_related("owner", "workspace").filter(public_id=str(public_id)[:32]).first()
     if trigger is None:
         raise NotFound("trigger")
@@ -251,7 +252,7 @@ def deliver(request: HttpRequest, public_id: str) -> tuple[int, dict[str, Any]]:
     key = idempotency_key(trigger, request, posted)
     seen = TriggerDelivery.objects.filter(trigger=trigger, key=key).first()
     if seen is not None:
-        return 200, {"run": str(seen.run_id) if seen.run_id else None, "replayed": True}
+        return Status(200, {"run": str(seen.run_id) if seen.run_id else None, "replayed": True})
     if trigger.owner is None:
         raise KernelError("owner_missing", "the trigger's owner was deleted", status=409)
     body = {**trigger.body, "input": apply_template(trigger.input_template, posted)}
@@ -264,5 +265,5 @@ def deliver(request: HttpRequest, public_id: str) -> tuple[int, dict[str, Any]]:
             delivery.save(update_fields=["run"])
     except IntegrityError:
         seen = TriggerDelivery.objects.filter(trigger=trigger, key=key).first()
-        return 200, {"run": str(seen.run_id) if seen and seen.run_id else None, "replayed": True}
-    return 201, {"run": str(run.pk), "replayed": False}
+        return Status(200, {"run": str(seen.run_id) if seen and seen.run_id else None, "replayed": True})
+    return Status(201, {"run": str(run.pk), "replayed": False})

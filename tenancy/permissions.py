@@ -17,12 +17,24 @@ ROLE_RANK = {Role.VIEWER: 1, Role.READER: 2, Role.OPERATOR: 3}
 def role_of(user: Any, workspace_id: int) -> str | None:
     if user is None or not user.is_authenticated:
         return None
-    cache: dict[int, str | None] = user.__dict__.setdefault("_oz0_roles", {})
+    cache = _roles(user)
     if workspace_id not in cache:
         cache[workspace_id] = (
             Membership.objects.filter(user_id=user.pk, workspace_id=workspace_id).values_list("role", flat=True).first()
         )
     return cache[workspace_id]
+
+
+def remember_role(user: Any, workspace_id: int, role: str | None) -> None:
+    """The person's role in the workspace, read by a caller in a statement of its own (the API's
+    standing check reads it with the workspace the path names), kept for `role_of`."""
+    _roles(user)[workspace_id] = role
+
+
+def _roles(user: Any) -> dict[int, str | None]:
+    """The person's roles read so far, kept on the user object for the request."""
+    roles: dict[int, str | None] = user.__dict__.setdefault("_oz0_roles", {})
+    return roles
 
 
 def is_member(user: Any, workspace_id: int) -> bool:

@@ -118,8 +118,11 @@ def revoke(*, token_id: Any, user: Any = None) -> ApiToken:
 def token_user(token: str) -> Any:
     """The active user a bearer token stands for: never a revoked or expired token's."""
     now = timezone.now()
-    row = live(ApiToken.objects.select_related("user").filter(digest=token_digest(token)), now).first()
-    if row is None or not row.user.is_active:
+    # The digest is unique: one row or none, judged here (`status_of`, the same rule as `live`),
+    # which spares every request the compiling of live()'s OR of expiries.
+    rows = list(ApiToken.objects.select_related("user").filter(digest=token_digest(token))[:1])
+    row = rows[0] if rows else None
+    if row is None or status_of(row, now) != "live" or not row.user.is_active:
         return None
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_GRAIN:
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import itertools
 import os
 import re
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -434,6 +436,38 @@ def _side_effects_only_after_commit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(oz0site.realtime, "publish", publish)
 
 
+def close_other_threads_connections() -> int:
+    """Close the database connections of every thread but this one, ended threads' too; how many.
+
+    A connection belongs to the thread that opened it (asgiref's `Local`), and it stays open
+    after that thread ends when `DB_CONN_MAX_AGE` keeps connections: an in-process socket's
+    `database_sync_to_async` thread, an ASGI request's. Such a session kept the test database
+    "accessed by other users" when pytest-django dropped it. The wrapper of another thread may
+    not be used here (Django checks), so its driver connection is closed directly."""
+    from django.db import connections
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    ours = {id(connections[alias]) for alias in connections}
+    closed = 0
+    for wrapper in [o for o in gc.get_objects() if isinstance(o, BaseDatabaseWrapper) and id(o) not in ours]:
+        raw = wrapper.connection
+        if raw is None or raw.closed:
+            continue
+        with contextlib.suppress(Exception):  # a connection already broken needs nothing more
+            raw.close()
+            closed += 1
+    return closed
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test databases, whose teardown (which drops them) comes after this one's:
+    no connection a finished thread left open holds them then."""
+    yield
+    with django_db_blocker.unblock():
+        close_other_threads_connections()
+
+
 @pytest.fixture(scope="session")
 def live_stack(django_db_setup: Any, django_db_blocker: Any, celery_queue: str) -> Iterator[LiveStack]:
     """A Celery worker (4 prefork processes, a workspace's share two, as `./oz0 up` starts it) and
@@ -557,9 +591,40 @@ def team(db: Any) -> Team:
     return Team()
 
 
+@pytest.fixture(scope="module")
+def module_transaction(django_db_setup: Any, django_db_blocker: Any) -> Iterator[Any]:
+    """For rows several tests of one module read, made once by a module fixture that asks for this
+    one (inside `.unblock()` of what it yields): a transaction of the module's own, which each
+    test's own (a savepoint inside it) leaves as it found, rolled back after the module's last test.
+    Not for a module with transactional tests, whose commits and flushes it would stand in the way of."""
+    from django.db import transaction
+
+    with django_db_blocker.unblock():
+        atomic = transaction.atomic()
+        atomic._from_testcase = True  # a wrapper of the tests', not the code's: see _open_transactions
+        atomic.__enter__()
+    try:
+        yield django_db_blocker
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            atomic.__exit__(None, None, None)
+
+
 @pytest.fixture
 def live_team(live: LiveStack) -> Team:
     return Team()
+
+
+def own_session(options: str | None = None, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+    """A psycopg session of the test's own to the test database, beside Django's: connected as the
+    processes connect, or with `options` as libpq's startup options instead of theirs ("" for
+    none, not even the idle-in-transaction bound)."""
+    unwanted = ("cursor_factory", "context", "prepare_threshold")
+    params = {name: value for name, value in connection.get_connection_params().items() if name not in unwanted}
+    if options is not None:
+        params["options"] = options
+    return psycopg.connect(**params, autocommit=autocommit)
 
 
 def wait_for(predicate: Any, *, timeout: float = 30.0, interval: float = 0.1, message: str = "condition") -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Router, Schema, Status
 from ninja.security import HttpBearer
 
 from oz0site.auth import person_auth
@@ -76,20 +76,23 @@ class RevokedOut(Schema):
     summary="Register an executor (S8)",
     openapi_extra=shaped_body(kernel.REGISTER_BODY),
 )
-def register(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+def register(request: HttpRequest) -> Status[dict[str, Any]]:
     body = fields_of(request, kernel.REGISTER_BODY)
     registered = service.register(
         user=request.user, tools=body["tools"], name=body.get("name", ""), workspace=body.get("workspace")
     )
     executor = registered.executor
-    return 201, {
-        "id": str(executor.pk),
-        "token": registered.token,
-        "name": executor.name,
-        "tools": executor.tools,
-        "workspace": executor.workspace.slug if executor.workspace else None,
-        "lease_seconds": kernel.lease_seconds(),
-    }
+    return Status(
+        201,
+        {
+            "id": str(executor.pk),
+            "token": registered.token,
+            "name": executor.name,
+            "tools": executor.tools,
+            "workspace": executor.workspace.slug if executor.workspace else None,
+            "lease_seconds": kernel.lease_seconds(),
+        },
+    )
 
 
 @router.post(
@@ -101,17 +104,20 @@ def register(request: HttpRequest) -> tuple[int, dict[str, Any]]:
 def claim(request: HttpRequest, executor_id: str) -> Any:
     call = service.claim(request.executor, executor_id)  # type: ignore[attr-defined]
     if call is None:
-        return 204, None
-    return 200, {
-        "call": str(call.task_id),
-        "run": call.run_id,
-        "task": call.key,
-        "tool": call.tool,
-        "args": call.args,
-        "attempt": call.attempt,
-        "lease_seconds": kernel.lease_seconds(),
-        "lease_expires_at": call.lease_expires_at.isoformat(),
-    }
+        return Status(204, None)
+    return Status(
+        200,
+        {
+            "call": str(call.task_id),
+            "run": call.run_id,
+            "task": call.key,
+            "tool": call.tool,
+            "args": call.args,
+            "attempt": call.attempt,
+            "lease_seconds": kernel.lease_seconds(),
+            "lease_expires_at": call.lease_expires_at.isoformat(),
+        },
+    )
 
 
 @router.post(

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
+from psycopg.errors import LockNotAvailable
 
 from oz0site import realtime
 from runs.kernel.bulk import insert_trace, lock_run
@@ -47,8 +49,11 @@ from runs.kernel.expansion import add_tasks
 from runs.kernel.priorities import DEFAULT as DEFAULT_PRIORITY
 from runs.kernel.settling import announce_asks, restamp_run, settle_run, wake_parked
 from runs.kernel.txn import RUN_STEPS, CrossRun, Txn
+from runs.models import Run, Task
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Sender(Protocol):
@@ -73,20 +78,82 @@ def install_sender(sender: Sender | None) -> Sender | None:
     return previous
 
 
+class RunBusy(Exception):
+    """Another transaction held the run's row lock for longer than the caller would wait."""
+
+
 @contextmanager
-def locked(run_id: Any, actor: str = "") -> Iterator[Txn]:
-    """A transaction holding the run's row lock; what it records is committed at the end."""
+def locked(run_id: Any, actor: str = "", *, wait: float | None = None) -> Iterator[Txn]:
+    """A transaction holding the run's row lock; what it records is committed at the end.
+
+    `wait` (the sweeps): wait at most that many seconds for the lock, then raise RunBusy. One
+    sweeper serves every workspace, and a neighbour's long transaction on its own run (a large
+    append), or a holder gone quiet, must not hold up everyone else's expired claims and clocks;
+    the next pass comes back to the busy run. A bounded wait, not a skip: a busy run's many short
+    transactions (a fan's reports) are each waited out, so the sweep still gets its turn there."""
     try:
         key = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
     except (ValueError, TypeError):
         raise NotFound("run") from None
     with transaction.atomic():
-        run = lock_run(key)
+        run = lock_run(key) if wait is None else _lock_run_within(key, wait)
         if run is None:
             raise NotFound("run")
         txn = Txn(run=run, actor=actor)
         yield txn
         commit(txn)
+
+
+def sweep_each(items: Iterable[tuple[Any, T]], actor: str, act: Callable[[Txn, T], bool]) -> int:
+    """A sweep's work on each item, in its run's locked transaction: the lock waited for at most
+    half the sweeper's period, and a run still busy then passed over until the next pass (see
+    `locked`). Returns how many items `act` acted on."""
+    wait = float(settings.OZ0_SWEEP_SECONDS) / 2
+    acted = 0
+    for run_id, item in items:
+        try:
+            with locked(run_id, actor, wait=wait) as txn:
+                acted += act(txn, item)
+        except RunBusy:
+            continue
+    return acted
+
+
+def sweep_stale_holders(stale: QuerySet[Task], act: Callable[[Txn, Task], None]) -> int:
+    """A lease sweep: each task `stale` selects (a holder that stopped heartbeating), judged again
+    in its run's locked transaction, with the same filter and the claim it had when listed (a
+    holder that heartbeated, or a claim that changed hands, meanwhile is left alone), is handed to
+    `act`. Returns how many were."""
+    listed = list(stale.values_list("pk", "run_id", "claim"))
+
+    def still_stale(txn: Txn, task_and_claim: tuple[int, str | None]) -> bool:
+        task_id, claim = task_and_claim
+        task = stale.filter(pk=task_id, claim=claim).first()
+        if task is None:
+            return False
+        txn.remember([task])
+        act(txn, task)
+        return True
+
+    return sweep_each(((run_id, (task_id, claim)) for task_id, run_id, claim in listed), "sweep", still_stale)
+
+
+def _lock_run_within(key: uuid.UUID, seconds: float) -> Run | None:
+    with connection.cursor() as cursor:
+        # The setting as it was, read before it is changed (a select list is evaluated in order).
+        cursor.execute(
+            "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)", [f"{max(1, round(seconds * 1000))}ms"]
+        )
+        before = cursor.fetchone()[0]
+        try:
+            run = lock_run(key)
+        except OperationalError as error:  # the transaction is rolled back on its way out
+            if isinstance(error.__cause__, LockNotAvailable):
+                raise RunBusy(key) from None
+            raise
+        # What this transaction does next waits as long as any other would.
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])
+    return run
 
 
 def commit(txn: Txn) -> None:

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from runs.kernel.commit import locked
+from runs.kernel.commit import locked, sweep_each, sweep_stale_holders
 from runs.kernel.failure import is_replayable
 from runs.kernel.scheduling import after_failure, approval_holds, tool_deadline
 from runs.kernel.txn import Txn
@@ -179,19 +179,10 @@ def sweep_expired_leases(now: datetime | None = None) -> int:
     """Claimed runner calls whose executor stopped heartbeating (S10)."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=lease_seconds())
-    stale = list(
-        Task.objects.filter(
-            status=TaskStatus.DISPATCHED, kind="tool", claim__startswith=CLAIM_PREFIX, heartbeat_at__lt=cutoff
-        ).values_list("pk", "run_id", "claim")
+    stale = Task.objects.filter(
+        status=TaskStatus.DISPATCHED, kind="tool", claim__startswith=CLAIM_PREFIX, heartbeat_at__lt=cutoff
     )
-    for task_id, run_id, claim in stale:
-        with locked(run_id, "sweep") as txn:
-            task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim=claim, heartbeat_at__lt=cutoff).first()
-            if task is None:
-                continue
-            txn.remember([task])
-            _lose_lease(txn, task, "lease_expired")
-    return len(stale)
+    return sweep_stale_holders(stale, lambda txn, task: _lose_lease(txn, task, "lease_expired"))
 
 
 def revoke_calls(
@@ -286,24 +277,20 @@ def sweep_unserved_calls(now: datetime | None = None) -> int:
             for executor_id, owner, scope, tools in live
         )
 
-    failed = 0
-    for task_id, run_id, workspace_id, private, creator_id, spec in waiting:
-        if served(workspace_id, creator_id if private else None, spec):
-            continue
-        with locked(run_id, "sweep") as txn:
-            task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__isnull=True, queued_at__lt=cutoff).first()
-            if task is None or txn.run.status == RunStatus.CANCELING:
-                continue
-            txn.remember([task])
-            txn.move(
-                task,
-                TaskStatus.FAILED,
-                error=(
-                    "tool_not_served",
-                    f"no live executor served {spec.get('tool')!r} for {settings.OZ0_UNSERVED_SECONDS:g} s",
-                ),
-                finished_at=txn.now,
-            )
-            after_failure(txn, task)
-            failed += 1
-    return failed
+    def fail_unserved(txn: Txn, task_and_spec: tuple[int, dict[str, Any]]) -> bool:
+        task_id, spec = task_and_spec
+        task = Task.objects.filter(pk=task_id, status=TaskStatus.DISPATCHED, claim__isnull=True, queued_at__lt=cutoff).first()
+        if task is None or txn.run.status == RunStatus.CANCELING:
+            return False
+        txn.remember([task])
+        error = ("tool_not_served", f"no live executor served {spec.get('tool')!r} for {settings.OZ0_UNSERVED_SECONDS:g} s")
+        txn.move(task, TaskStatus.FAILED, error=error, finished_at=txn.now)
+        after_failure(txn, task)
+        return True
+
+    unserved = (
+        (run_id, (task_id, spec))
+        for task_id, run_id, workspace_id, private, creator_id, spec in waiting
+        if not served(workspace_id, creator_id if private else None, spec)
+    )
+    return sweep_each(unserved, "sweep", fail_unserved)

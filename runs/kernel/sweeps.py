@@ -13,7 +13,15 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from runs.kernel.commit import cancel_child, locked, pause_child, resume_child, send_on_commit, settle_parent
+from runs.kernel.commit import (
+    cancel_child,
+    pause_child,
+    resume_child,
+    send_on_commit,
+    settle_parent,
+    sweep_each,
+    sweep_stale_holders,
+)
 from runs.kernel.failure import is_replayable, nonreplayable_calls
 from runs.kernel.graph import FINISHED_RUN_STATUSES, KERNEL_EXECUTED, OPEN_RUN_STATUSES
 from runs.kernel.scheduling import after_failure, make_ready
@@ -34,15 +42,7 @@ def sweep_expired_claims(now: datetime | None = None, *, grace: float = 0.0) -> 
     before it has had a whole lease to heartbeat again."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS) + max(0.0, grace))
-    stale = list(Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", "run_id", "claim"))
-    for task_id, run_id, claim in stale:
-        with locked(run_id, "sweep") as txn:
-            task = Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING, claim=claim, heartbeat_at__lt=cutoff).first()
-            if task is None:
-                continue
-            txn.remember([task])
-            _expire_claim(txn, task)
-    return len(stale)
+    return sweep_stale_holders(Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff), _expire_claim)
 
 
 def _expire_claim(txn: Txn, task: Task) -> None:
@@ -129,35 +129,39 @@ def sweep_clocks(now: datetime | None = None) -> int:
     the claim gone."""
     now = now or timezone.now()
     due = list(Task.objects.filter(deadline_at__lte=now, status__in=CLOCKED).values_list("pk", "run_id"))
-    for task_id, run_id in due:
-        with locked(run_id, "clock") as txn:
-            txn.now = now
-            task = Task.objects.filter(pk=task_id, deadline_at__lte=now).first()
-            if task is None or task.status not in CLOCKED:
-                continue
-            txn.remember([task])
-            if task.kind == "tool" and task.status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED):
-                key, detail = "tool_timeout", "the call ran past its deadline"
-                Task.objects.filter(pk=task.pk).update(cancel_requested=True)
-                task.cancel_requested = True
-                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
-            elif task.kind == "round" and task.status == TaskStatus.RUNNING:
-                # A harnessed round whose worker did not end it at its deadline (stuck, or cut off):
-                # told to stop, its report refused; never re-run blind (a hung agent would hang again).
-                key, detail = "round_timeout", "the round ran past its deadline and its worker did not end it"
-                Task.objects.filter(pk=task.pk).update(cancel_requested=True)
-                task.cancel_requested = True
-                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
-            elif task.status == TaskStatus.NEEDS_APPROVAL:
-                key, detail = "approval_expired", "nobody decided before the park clock ran out"
-                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
-            elif task.kind == "await":
-                key, detail = "await_timeout", "nobody answered in time"
-                txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
-            else:
-                continue
-            after_failure(txn, task)
-    return len(due)
+    return sweep_each(
+        ((run_id, task_id) for task_id, run_id in due), "clock", lambda txn, task_id: _end_on_its_clock(txn, task_id, now)
+    )
+
+
+def _end_on_its_clock(txn: Txn, task_id: int, now: datetime) -> bool:
+    txn.now = now
+    task = Task.objects.filter(pk=task_id, deadline_at__lte=now).first()
+    if task is None or task.status not in CLOCKED:
+        return False
+    txn.remember([task])
+    if task.kind == "tool" and task.status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED):
+        key, detail = "tool_timeout", "the call ran past its deadline"
+        Task.objects.filter(pk=task.pk).update(cancel_requested=True)
+        task.cancel_requested = True
+        txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
+    elif task.kind == "round" and task.status == TaskStatus.RUNNING:
+        # A harnessed round whose worker did not end it at its deadline (stuck, or cut off):
+        # told to stop, its report refused; never re-run blind (a hung agent would hang again).
+        key, detail = "round_timeout", "the round ran past its deadline and its worker did not end it"
+        Task.objects.filter(pk=task.pk).update(cancel_requested=True)
+        task.cancel_requested = True
+        txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
+    elif task.status == TaskStatus.NEEDS_APPROVAL:
+        key, detail = "approval_expired", "nobody decided before the park clock ran out"
+        txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+    elif task.kind == "await":
+        key, detail = "await_timeout", "nobody answered in time"
+        txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None)
+    else:
+        return False
+    after_failure(txn, task)
+    return True
 
 
 def sweep_delegations(limit: int = 500) -> int:

@@ -6,7 +6,10 @@ beat's own process (`Sweeper`, started by oz0site.celery when beat starts), neve
 on the workers' queue: there a sweep waited behind the very calls whose holders it must watch
 (two slots busy with long calls meant no sweep, so a dead holder's call did not move on).
 
-A sweep that fails is logged and the others still run; the next pass tries it again. A sweeper
+A sweep that fails is logged and the others still run; the next pass tries it again. A sweep
+waits at most half the period for one run's row lock (runs.kernel.commit.locked's `wait`): a run
+another transaction holds longer (a neighbour's large append) waits for the next pass, and every
+other workspace's claims and clocks are swept meanwhile. A sweeper
 that could not see the database for a while (an outage) gives every holder that much more time
 before its lease counts as expired (`DatabaseWatch`): no holder could heartbeat meanwhile either.
 

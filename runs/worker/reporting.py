@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
+from psycopg.errors import IdleInTransactionSessionTimeout
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,11 @@ T = TypeVar("T")
 # psycopg's connection failures, a server shutting down, a dropped socket, a deadlock or a
 # serialization failure: each leaves nothing committed of the statement's transaction.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+# A session the server ended because it sat idle inside a transaction (DB_IDLE_IN_TRANSACTION_SECONDS:
+# a database frozen for a while, then resumed, ends such sessions first thing): PostgreSQL files
+# it under "invalid transaction state", which Django raises as an InternalError. Its transaction
+# is rolled back like any other lost connection's.
+SESSION_ENDED: tuple[type[Exception], ...] = (IdleInTransactionSessionTimeout,)
 FIRST_DELAY = 0.1
 MAX_DELAY = 5.0
 
@@ -45,7 +51,7 @@ class DatabaseUnavailable(Exception):
 
 
 def is_database_error(error: BaseException) -> bool:
-    return isinstance(error, DATABASE_ERRORS)
+    return isinstance(error, (*DATABASE_ERRORS, *SESSION_ENDED)) or isinstance(error.__cause__, SESSION_ENDED)
 
 
 def replace_connection() -> None:
@@ -84,8 +90,8 @@ def with_database(
         try:
             with holding():
                 return attempt()
-        except DATABASE_ERRORS as error:
-            if connection.in_atomic_block:
+        except Exception as error:
+            if not is_database_error(error) or connection.in_atomic_block:
                 raise
             replace_connection()
             tries += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -206,3 +207,38 @@ def test_it_lists_the_callers_agents_in_the_catalog_and_the_openapi_document(tea
     status, document = viewer.get("/openapi.json")
     kinds = document["x-oz0-failures"]
     assert ours not in kinds and kinds[f"{team.slug}/{ours}"] == ["gone"] and kinds[f"{other.slug}/{ours}"] == ["gone"]
+
+
+@pytest.mark.spec("F13")
+def test_the_openapi_document_is_built_once_a_process_and_each_caller_still_gets_their_own_kinds(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone may fetch the document, signed in or not, and building it took about half a second
+    of the web process's CPU each time. It is built once a process; only its failure kinds are
+    the caller's, and one caller's kinds never reach the next (the shared document is not written)."""
+    from ninja import NinjaAPI
+
+    from oz0site.api import api
+
+    builds: list[dict[str, Any]] = []
+    build = NinjaAPI.get_openapi_schema
+
+    def counted(self: NinjaAPI, **kwargs: Any) -> Any:
+        builds.append(kwargs)
+        return build(self, **kwargs)
+
+    monkeypatch.setattr(NinjaAPI, "get_openapi_schema", counted)
+    monkeypatch.setattr(api, "_built", {}, raising=False)
+    ours = _name()
+    failing = "\ntools: [oz.fail]\nfailures:\n  - kind: gone\n    description: It is gone\n"
+    assert team.api().post("/agents", {"manifest": f"name: {ours}\nmodel: script" + failing})[0] == 201
+
+    anonymous = Client().get("/api/v1/openapi.json").json()
+    status, member = team.api("viewer").get("/openapi.json")
+    assert status == 200 and member["x-oz0-failures"][ours] == ["gone"] and member["info"]["x-oz0-failures"][ours] == ["gone"]
+    assert Client().get("/api/v1/openapi.json").json() == anonymous
+    assert ours not in anonymous["x-oz0-failures"] and ours not in anonymous["info"]["x-oz0-failures"]
+    assert member["paths"] == anonymous["paths"] and member["components"] == anonymous["components"]
+    assert len(builds) == 1, builds
+    (shared,) = api._built.values()
+    assert "x-oz0-failures" not in shared and shared["info"]["x-oz0-failures"] == {}

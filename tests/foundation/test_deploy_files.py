@@ -12,6 +12,8 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,10 +134,13 @@ class RecordingSupervisor:
     started: dict[str, list[str]] = {}
     inherited: dict[str, tuple[int, ...]] = {}
 
+    lines: list[str] = []
+
     def __init__(self, env: dict[str, str]) -> None:
         self.stopping = type("Never", (), {"is_set": staticmethod(lambda: False)})()
         RecordingSupervisor.started = {}
         RecordingSupervisor.inherited = {}
+        RecordingSupervisor.lines = []
 
     def watch(self, service: Any) -> None: ...
 
@@ -143,7 +148,8 @@ class RecordingSupervisor:
         RecordingSupervisor.started[name] = argv
         RecordingSupervisor.inherited[name] = pass_fds
 
-    def line(self, *args: Any) -> None: ...
+    def line(self, name: str, text: str) -> None:
+        RecordingSupervisor.lines.append(text)
 
     def stop(self) -> None: ...
 
@@ -165,7 +171,7 @@ def test_up_starts_exactly_the_command_lines_serve_runs(monkeypatch: pytest.Monk
     monkeypatch.setattr(up, "services", no_services)
     monkeypatch.setattr(up, "call_command", lambda *args, **kwargs: None)
     monkeypatch.setattr(up.processes, "web_socket", lambda host, port: listening)
-    monkeypatch.setattr(up, "wait_for_web", lambda *args, **kwargs: False)
+    monkeypatch.setattr(up, "wait_for_web", lambda *args, **kwargs: True)
     monkeypatch.setattr(up, "data_dir", lambda: tmp_path)
     monkeypatch.setattr(up.django, "setup", lambda: None)
     for name in ("OZ0_HOST", "OZ0_PORT", "OZ0_QUEUE", "CELERY_LOG_LEVEL", "OZ0_TEST_TOOLS"):
@@ -220,7 +226,7 @@ def test_up_on_an_ipv6_address_runs_one_web_process_that_listens_by_itself(
     monkeypatch.setattr(up, "services", no_services)
     monkeypatch.setattr(up, "call_command", lambda *args, **kwargs: None)
     monkeypatch.setattr(up.processes, "web_socket", ipv6_socket)
-    monkeypatch.setattr(up, "wait_for_web", lambda *args, **kwargs: False)
+    monkeypatch.setattr(up, "wait_for_web", lambda *args, **kwargs: True)
     monkeypatch.setattr(up, "data_dir", lambda: tmp_path)
     monkeypatch.setattr(up.django, "setup", lambda: None)
     for name in ("OZ0_QUEUE", "CELERY_LOG_LEVEL", "OZ0_TEST_TOOLS"):
@@ -234,6 +240,75 @@ def test_up_on_an_ipv6_address_runs_one_web_process_that_listens_by_itself(
     assert list(started) == ["web", *processes.ROLES[1:]]
     assert started["web"][-5:] == ["-b", "::1", "-p", "8001", "oz0site.asgi:application"]
     assert RecordingSupervisor.inherited["web"] == ()
+
+
+def test_up_says_it_still_waits_for_a_slow_web_process_and_prints_the_address_once_it_answers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a machine whose cores are all busy the web process may take minutes to answer: `up` never
+    gives up on it silently (the address would then never be printed)."""
+    answers = iter([False, False, True])
+    patience: list[float] = []
+
+    def slow_web(host: str, port: int, supervisor: Any, timeout: float) -> bool:
+        patience.append(timeout)
+        return next(answers)
+
+    monkeypatch.setattr(up, "Supervisor", RecordingSupervisor)
+    monkeypatch.setattr(up, "services", no_services)
+    monkeypatch.setattr(up, "call_command", lambda *args, **kwargs: None)
+    monkeypatch.setattr(up.processes, "web_socket", lambda host, port: None)
+    monkeypatch.setattr(up, "wait_for_web", slow_web)
+    monkeypatch.setattr(up, "data_dir", lambda: tmp_path)
+    monkeypatch.setattr(up.django, "setup", lambda: None)
+    for name in ("OZ0_HOST", "OZ0_QUEUE", "CELERY_LOG_LEVEL", "OZ0_TEST_TOOLS", "OZ0_WEB_PROCESSES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OZ0_PORT", "8002")
+    assert up.cmd_up([]) == 0
+    minute = up.WEB_PATIENCE_SECONDS
+    assert patience == [minute, minute, minute]
+    assert RecordingSupervisor.lines == [
+        f"the web process has not answered in {minute}s (a busy machine?): still waiting",
+        f"the web process has not answered in {2 * minute}s (a busy machine?): still waiting",
+        "the console is at http://127.0.0.1:8002/  (log in with a demo user above; Ctrl-C stops)",
+    ]
+
+
+def test_a_probe_waits_for_a_slow_answer_and_not_for_a_silent_port() -> None:
+    """A /healthz that takes longer than a second (a first one on a busy machine) is an answer; a
+    port that takes the request and never answers is not, once the probe's time is up."""
+    from oz0cli.supervisor import answers
+
+    probed = threading.Event()
+
+    def serve(delay: float | None) -> tuple[socket.socket, threading.Thread]:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def reply() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(4096)
+                if delay is None:
+                    probed.wait(30)  # silent until the probe has given up
+                    return
+                time.sleep(delay)  # the slowness under test
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+        thread = threading.Thread(target=reply, daemon=True)
+        thread.start()
+        return listener, thread
+
+    slow, thread = serve(1.5)
+    with slow:
+        assert answers("127.0.0.1", slow.getsockname()[1], timeout=10.0)
+        thread.join()
+    silent, thread = serve(None)
+    with silent:
+        assert not answers("127.0.0.1", silent.getsockname()[1], timeout=0.5)
+        probed.set()
+        thread.join()
 
 
 @pytest.mark.parametrize("value", ["0", "33", "two", "-1", "1e3"])

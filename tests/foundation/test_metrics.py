@@ -5,6 +5,7 @@ processes' counters and histograms added up in Redis."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from datetime import timedelta
 from typing import Any
@@ -225,3 +226,71 @@ def test_a_failed_webhook_is_counted() -> None:
         post_webhook("http://127.0.0.1:9/hook", "secret", "text")
     metering.meter.flush()
     assert parse(scrape().content.decode())["oz0_webhook_failures_total{}"] == 1
+
+
+EXIT_MID_FLUSH = """
+import os, sys, threading, time
+from pathlib import Path
+import django
+
+django.setup()
+from django.conf import settings
+from oz0site import metering
+
+folder = Path(sys.argv[1])
+original = metering.Meter.flush
+
+
+def slow_flush(self):
+    original(self)
+    if threading.current_thread().name != "oz0-metrics":
+        return
+    # The flusher is mid-flush (its pool's lock held) when the main thread ends.
+    with metering.shared_client(settings.REDIS_URL).connection_pool._lock:
+        (folder / "holding").touch()
+        time.sleep(1.0)
+    (folder / "finished").touch()
+
+
+metering.Meter.flush = slow_flush
+metering.meter.count("oz0_webhook_failures_total", by=7)
+deadline = time.monotonic() + 20
+while not (folder / "holding").exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("held" if (folder / "holding").exists() else "never held", flush=True)
+"""
+
+
+def test_a_process_ending_while_its_flusher_holds_redis_still_exits_and_keeps_its_counts(tmp_path: Any) -> None:
+    """A process once hung at exit: its metrics flusher, a daemon thread stopped by the interpreter's
+    end while it held its Redis pool's lock, left the client's finalizer waiting on that lock. Now the
+    flusher is stopped and joined before the interpreter ends."""
+    import subprocess
+    import sys
+
+    from oz0cli import ROOT
+
+    redis.Redis.from_url(settings.REDIS_URL).delete(metering.hash_key())
+    environment = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "oz0site.settings",
+        "REDIS_URL": settings.REDIS_URL,
+        "OZ0_QUEUE": settings.CELERY_TASK_DEFAULT_QUEUE,
+        "OZ0_METRICS_FLUSH_SECONDS": "0.05",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-c", EXIT_MID_FLUSH, str(tmp_path)],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out, _ = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("the process hung at exit with its flusher mid-flush") from None
+    assert process.returncode == 0 and "held" in out, out
+    assert (tmp_path / "finished").exists(), "the flusher was cut off mid-flush"
+    assert parse(scrape().content.decode())["oz0_webhook_failures_total{}"] == 7

@@ -472,17 +472,54 @@ sys.exit(supervisor.wait())
 def test_a_signal_that_lands_mid_wait_still_stops_the_supervisor_and_its_children() -> None:
     """`up` once hung on SIGTERM: its handler set a threading.Event whose lock the interrupted main
     thread held, and waited on itself forever. The handler takes no lock now."""
-    import subprocess
+    _, out = run_supervised(SUPERVISED, hung="the supervisor hung on a signal")
+    assert "stopping sleeper" in out and "stopped" in out
 
+
+def run_supervised(script: str, *, hung: str) -> tuple[int, str]:
+    """A supervisor script's exit code and output; `hung` fails the test when it runs past 30 s."""
     process = subprocess.Popen(
-        [sys.executable, "-c", SUPERVISED], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         out, _ = process.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         process.kill()
-        raise AssertionError("the supervisor hung on a signal") from None
-    assert "stopping sleeper" in out and "stopped" in out
+        raise AssertionError(hung) from None
+    return process.returncode, out
+
+
+STUBBORN = """
+import os, signal, sys, tempfile, time
+from pathlib import Path
+from oz0cli.supervisor import Supervisor
+supervisor = Supervisor({})
+supervisor.stop_graces = ((0.5, signal.SIGQUIT), (0.5, signal.SIGKILL))
+ready = Path(tempfile.mkdtemp()) / "deaf"
+deaf = (
+    "import signal, sys, time, pathlib; [signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGQUIT)]; "
+    f"pathlib.Path({str(ready)!r}).touch(); time.sleep(600)"
+)
+supervisor.start("stubborn", [sys.executable, "-c", deaf])
+supervisor.start("polite", [sys.executable, "-c", "import time; time.sleep(600)"])
+deadline = time.monotonic() + 20
+while not ready.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("deaf" if ready.exists() else "never ready", flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+sys.exit(supervisor.wait())
+"""
+
+
+def test_a_child_deaf_to_the_stop_is_named_at_each_harder_signal_and_killed() -> None:
+    """`up`'s stop says who is still running when it escalates, and how long the whole stop took,
+    so a slow stop reads apart from a hung one."""
+    code, out = run_supervised(STUBBORN, hung="the supervisor did not stop a child deaf to SIGTERM and SIGQUIT")
+    assert code == 0, out
+    assert "deaf" in out, out
+    escalations = [line.split("| ", 1)[1] for line in out.splitlines() if "still running after" in line]
+    assert [line.split(": ", 1)[1] for line in escalations] == ["stubborn; sending SIGQUIT", "stubborn; sending SIGKILL"], out
+    assert re.search(r"stopped in \d+\.\ds", out), out
 
 
 def test_a_quick_run_leaves_the_thorough_only_modules_uncollected() -> None:

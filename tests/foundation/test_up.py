@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -46,10 +45,16 @@ def fetch(url: str, *, data: bytes | None = None, headers: dict[str, str] | None
     opener = urllib.request.build_opener(NoRedirect)
     request = urllib.request.Request(url, data=data, headers=headers or {})
     try:
-        with opener.open(request, timeout=10) as response:
+        with opener.open(request, timeout=60) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
+
+
+STOP_BOUND_SECONDS = 120
+# Past anything an idle machine needs (about 20 s to the console): a bound for a machine whose
+# cores are all busy, not a speed target.
+UP_BOUND_SECONDS = 300
 
 
 class Up:
@@ -69,14 +74,21 @@ class Up:
     def output(self) -> str:
         return "\n".join(self.lines)
 
+    def wait_for(self, predicate: Any, what: str) -> Any:
+        """`wait_for` with what `up` printed when it times out."""
+        try:
+            return wait_for(predicate, timeout=UP_BOUND_SECONDS, message=what)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n`up` printed:\n{self.output[-6000:]}") from None
+
 
 async def websocket_receives_a_change(url: str, cookie: str, origin: str, trigger: Any) -> dict[str, Any]:
     import websockets
 
-    async with websockets.connect(url, additional_headers={"Cookie": cookie, "Origin": origin}, open_timeout=10) as ws:
+    async with websockets.connect(url, additional_headers={"Cookie": cookie, "Origin": origin}, open_timeout=60) as ws:
         await asyncio.get_running_loop().run_in_executor(None, trigger)
         while True:
-            message = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
+            message = json.loads(await asyncio.wait_for(ws.recv(), timeout=120))
             if message.get("type") == "run.changed" and message.get("status") == "completed":
                 return message
 
@@ -100,11 +112,11 @@ def test_it_comes_up_on_embedded_services_and_stops_cleanly(tmp_path: Path) -> N
     base = f"http://127.0.0.1:{port}"
     up = Up(env)
     try:
-        started = time.monotonic()
-        wait_for(lambda: "the console is at" in up.output or up.process.poll() is not None, timeout=90, message="the console")
+        # How long it takes is not this test's to judge: about 20 s on an idle machine (README), and
+        # minutes on a CI machine whose cores are all busy with the other lanes.
+        up.wait_for(lambda: "the console is at" in up.output or up.process.poll() is not None, "the console")
         assert up.process.poll() is None, up.output
         assert f"{base}/" in up.output
-        assert time.monotonic() - started < 90
         assert "demo-operator" in up.output  # the login details
 
         status, _ = fetch(f"{base}/")
@@ -113,10 +125,9 @@ def test_it_comes_up_on_embedded_services_and_stops_cleanly(tmp_path: Path) -> N
         assert status in (200, 302)
         status, body = fetch(f"{base}/static/vendor/htmx/htmx-2.0.11.min.js")
         assert status == 200 and b"htmx" in body
-        health = wait_for(
+        health = up.wait_for(
             lambda: (lambda r: r if json.loads(r[1])["checks"]["worker"]["status"] == "ok" else None)(fetch(f"{base}/healthz")),
-            timeout=30,
-            message="the worker heartbeat",
+            "the worker heartbeat",
         )
         assert health[0] == 200
 
@@ -160,16 +171,17 @@ def test_it_comes_up_on_embedded_services_and_stops_cleanly(tmp_path: Path) -> N
                 websocket_receives_a_change(
                     f"ws://127.0.0.1:{port}/ws/workspaces/demo/", f"sessionid={session_key}", base, create_run
                 ),
-            ).result(timeout=60)
+            ).result(timeout=240)
         assert message["status"] == "completed"
     finally:
         if up.process.poll() is None:
             up.process.send_signal(signal.SIGINT)
         try:
-            code = up.process.wait(timeout=40)
+            # Past every bound of its own: 13 s for the children, 10 s for Redis, 60 s for PostgreSQL.
+            code = up.process.wait(timeout=STOP_BOUND_SECONDS)
         except subprocess.TimeoutExpired:
             os.killpg(up.process.pid, signal.SIGKILL)
-            raise
+            raise AssertionError(f"`up` did not stop within {STOP_BOUND_SECONDS}s:\n{up.output[-4000:]}") from None
     assert code == 0, up.output
     assert "stopped" in up.output
     assert not (data / "pg" / "postmaster.pid").exists(), "the embedded PostgreSQL is still running"

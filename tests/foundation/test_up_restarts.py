@@ -71,7 +71,7 @@ def run_completes(base: str, token: str) -> bool:
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())["status"] == "completed"
 
-    return bool(wait_for(done, timeout=60, interval=0.3, message="the run to complete"))
+    return bool(wait_for(done, timeout=120, interval=0.3, message="the run to complete"))
 
 
 def test_it_restarts_what_dies_and_starts_again_at_once_after_a_stop(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_it_restarts_what_dies_and_starts_again_at_once_after_a_stop(tmp_path: P
     base = f"http://127.0.0.1:{port}"
     up = Up(env)
     try:
-        wait_for(lambda: "the console is at" in up.output or up.process.poll() is not None, timeout=120, message="the console")
+        wait_for(lambda: "the console is at" in up.output or up.process.poll() is not None, timeout=300, message="the console")
         assert up.process.poll() is None, up.output
         token = oz0("token", "create", "restart-robot", "--workspace", "demo", "--role", "operator", env=env).stdout.split()[-1]
 
@@ -100,19 +100,19 @@ def test_it_restarts_what_dies_and_starts_again_at_once_after_a_stop(tmp_path: P
         for name in ("worker", "beat", "sessions", "web"):
             before = children_of(up)[name]
             os.killpg(before.pid, signal.SIGKILL)
-            wait_for(lambda name=name: f"{name} exited with code" in up.output, timeout=30, message=f"{name}'s exit told")
+            wait_for(lambda name=name: f"{name} exited with code" in up.output, timeout=60, message=f"{name}'s exit told")
             wait_for(
                 lambda name=name, before=before: (c := children_of(up).get(name)) is not None and c.pid != before.pid,
                 timeout=60,
                 message=f"{name} started again",
             )
-            wait_for(lambda name=name: f"{name} started again" in up.output, timeout=10, message=f"{name}'s restart told")
-        wait_for(lambda: health(base).get("status") == "ok", timeout=60, message="the web again")
+            wait_for(lambda name=name: f"{name} started again" in up.output, timeout=60, message=f"{name}'s restart told")
+        wait_for(lambda: health(base).get("status") == "ok", timeout=120, message="the web again")
         assert run_completes(base, token)
 
         # The embedded Redis and PostgreSQL killed: each started again on its port, with its data.
         children_of(up)["redis"].kill()
-        wait_for(lambda: "the embedded Redis is running again" in up.output, timeout=60, message="Redis again")
+        wait_for(lambda: "the embedded Redis is running again" in up.output, timeout=120, message="Redis again")
         postmaster = int((data / "pg" / "postmaster.pid").read_text().split()[0])
         server = psutil.Process(postmaster)
         processes = [server, *server.children(recursive=True)]
@@ -123,7 +123,7 @@ def test_it_restarts_what_dies_and_starts_again_at_once_after_a_stop(tmp_path: P
             wait_for(lambda: "the embedded PostgreSQL is running again" in up.output, timeout=330, message="PostgreSQL again")
         except AssertionError as timed_out:
             raise AssertionError(f"{timed_out}; oz0 up said:\n{up.output[-4000:]}") from None
-        wait_for(lambda: health(base).get("status") == "ok", timeout=90, message="everything healthy again")
+        wait_for(lambda: health(base).get("status") == "ok", timeout=180, message="everything healthy again")
         assert run_completes(base, token)
         assert up.process.poll() is None, up.output
     finally:
@@ -137,7 +137,7 @@ def test_it_restarts_what_dies_and_starts_again_at_once_after_a_stop(tmp_path: P
     # Started again at once: the connections the requests above left in TIME_WAIT do not stop it.
     again = Up(env)
     try:
-        wait_for(lambda: "the console is at" in again.output or again.process.poll() is not None, timeout=120, message="up again")
+        wait_for(lambda: "the console is at" in again.output or again.process.poll() is not None, timeout=300, message="up again")
         assert again.process.poll() is None and "Address already in use" not in again.output, again.output
     finally:
         assert stop(again) == 0, again.output

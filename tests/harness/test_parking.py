@@ -131,6 +131,37 @@ def test_an_agents_sdk_session_waiting_on_an_approval_is_parked_with_its_run_sta
     assert checkpoint["at"] == 0 and "openai_agents_state" in checkpoint["state"]
 
 
+@pytest.mark.spec("F7", "S5", "S10")
+def test_a_session_worker_told_to_stop_parks_a_session_waiting_on_a_person_at_once(
+    harness_team: Team, no_dispatch: list[int], settings: Any
+) -> None:
+    """A warm shutdown waits for every session's thread, and a person may take hours: the session
+    parks when the worker is told to stop (Celery's signal, as a deploy's SIGTERM sends it), not
+    when its park clock runs out, and the decision resumes it on whichever worker is up."""
+    from celery import signals
+
+    from runs.worker.harness.base import worker_stopping
+
+    settings.OZ0_SESSION_PARK_SECONDS = 3600.0  # the clock never parks it here
+    job = _job()
+    run, thread = start_run(harness_team, _manifest("park-stop", {"pydantic_ai": "oz0_test_pydantic_agents:parks"}), job)
+    try:
+        wait_for(
+            lambda: Task.objects.filter(run=run, key="r1.1", status="needs_approval").exists(), timeout=SLOW, message="the ask"
+        )
+        thread.thread.join(1.0)
+        assert thread.thread.is_alive(), "the session parked before the worker was told to stop"
+        signals.worker_shutting_down.send(sender="sessions@test", sig="SIGTERM", how="Warm", exitcode=0)
+        _parked(run, thread, no_dispatch)
+    finally:
+        worker_stopping.clear()
+    assert _events(run, "session_parked") == [("session_parked", {"on": "r1.1", "at": 1})]
+    _approve(harness_team, run)
+    run = _resumed(run, no_dispatch)
+    assert run.status == "completed", Task.objects.get(run=run, key="r1").error_detail
+    assert _lines(job["effects"]) == ["shipped 1.2"] and _lines(job["asked"]) == ["asked", "asked"]
+
+
 @pytest.mark.spec("F7", "S6")
 def test_a_denial_given_while_the_session_is_parked_is_its_answer_and_is_not_asked_again(
     parking: Team, no_dispatch: list[int]

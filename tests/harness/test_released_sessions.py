@@ -284,7 +284,7 @@ def test_waiting_acp_sessions_hold_no_thread_nor_slot_and_the_decision_completes
         session.join()
         assert session.took is True
         r1 = Task.objects.get(run=run, key="r1")
-        assert r1.status == "running" and r1.state["released"]["on"] == "r1.1", (r1.status, r1.error_detail)
+        assert r1.status == "running" and r1.state.get("released", {}).get("on") == "r1.1", (r1.status, r1.state, r1.error_detail)
     # Four conversations wait in a workspace of two slots, holding none, and no thread each.
     assert kernel.running_sessions(releasing.workspace.pk) == 0
     wait_for(lambda: set(_threads()) <= before, timeout=SLOW, message="threads given back")
@@ -310,7 +310,9 @@ def test_a_cancel_reaches_a_released_acp_agent_and_ends_the_run(releasing: Team)
     kernel.cancel_run(run_id=run.pk, user=releasing.users["operator"], reason="stop")
     run = _finished(run)
     assert run.status == "canceled" and Task.objects.get(run=run, key="r1").status == "canceled"
-    assert [n["event"] for n in records(record) if n["event"] == "cancel"] == ["cancel"]  # session/cancel reached it
+    # session/cancel reached it before its permission request was answered `cancelled` (ACP's
+    # order): it never took that answer for a person's dismissal and went on with its turn.
+    assert [n["event"] for n in records(record) if n["event"] in ("cancel", "answered")] == ["cancel"]
 
 
 @pytest.mark.spec("F7", "S10")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -10,16 +11,49 @@ import pytest
 from oz0site import realtime
 from runs import kernel
 from runs.models import Run
+from tests.conftest import Team
 from tests.runs.driver import drive
 
 
-@pytest.fixture(autouse=True)
-def no_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """These tests drive runs in-process: nothing goes to Celery or the channel layer."""
-    monkeypatch.setattr(realtime, "publish", lambda groups, payload: None)
+@contextmanager
+def nothing_sent() -> Iterator[None]:
+    """Runs driven in-process: nothing goes to Celery or the channel layer."""
+    publish = realtime.publish
+    realtime.publish = lambda groups, payload: None  # type: ignore[assignment]
     previous = kernel.install_sender(lambda ids, chunks, run_id, sessions, priority=5: None)
-    yield
-    kernel.install_sender(previous)
+    try:
+        yield
+    finally:
+        kernel.install_sender(previous)
+        realtime.publish = publish  # type: ignore[assignment]
+
+
+@pytest.fixture(autouse=True)
+def no_broker() -> Iterator[None]:
+    """These tests drive runs in-process: nothing goes to Celery or the channel layer."""
+    with nothing_sent():
+        yield
+
+
+@pytest.fixture(scope="module")
+def shared_team(module_transaction: Any) -> Team:
+    """One workspace for the tests of a module that read the same history (its fixture, module-wide
+    too, builds it in this team's workspace once: see `team` below)."""
+    with module_transaction.unblock():
+        return Team()
+
+
+def team_of(history: str) -> Any:
+    """A module's `team`: the shared one for a test that reads the module's `history` fixture, a new
+    one otherwise (a test that counts an empty workspace's agents gets one)."""
+
+    @pytest.fixture
+    def team(request: pytest.FixtureRequest, db: Any) -> Team:
+        if history in request.fixturenames:
+            return request.getfixturevalue("shared_team")  # type: ignore[no-any-return]
+        return Team()
+
+    return team
 
 
 def oz_fail_round(kind: str = "not_found", message: str = "the words") -> dict[str, Any]:

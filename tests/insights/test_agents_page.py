@@ -15,7 +15,7 @@ from insights import overview
 from oz0agents.models import AgentVersion
 from runs.models import Run
 from tests.conftest import Team
-from tests.insights.conftest import answering_round, oz_fail_round, run_agent
+from tests.insights.conftest import answering_round, nothing_sent, oz_fail_round, run_agent, team_of
 from tests.insights.planting import make_agent
 
 pytestmark = pytest.mark.django_db
@@ -41,23 +41,28 @@ def held_round() -> dict[str, Any]:
     return {"key": "r1", "kind": "round", "model": "script", "prompt": "go", "script": [{"http": 401}], "on_failure": "halt"}
 
 
-@pytest.fixture
-def fleet(team: Team) -> Team:
+team = team_of("fleet")
+
+
+@pytest.fixture(scope="module")
+def fleet(shared_team: Team, module_transaction: Any) -> Team:
     """flaky: v1 failed 2 of 3 (not_found), v2 failed 2 of 4 (tracker_busy, and a hold: a finding too);
     steady: one version, 2 runs, none failed; idle: registered, never run."""
-    make_agent("flaky", workspace=team.workspace, kinds=("not_found", "tracker_busy"))
-    run_agent(team, "flaky", oz_fail_round("not_found", SECRET))
-    run_agent(team, "flaky", oz_fail_round("not_found", SECRET))
-    run_agent(team, "flaky", answering_round())
-    add_version("flaky", 2)
-    run_agent(team, "flaky", oz_fail_round("tracker_busy", SECRET))
-    run_agent(team, "flaky", answering_round())
-    run_agent(team, "flaky", answering_round())
-    assert run_agent(team, "flaky", held_round()).status == "needs_attention"
-    make_agent("steady", workspace=team.workspace)
-    run_agent(team, "steady", answering_round())
-    run_agent(team, "steady", answering_round())
-    make_agent("idle", workspace=team.workspace)
+    team = shared_team
+    with module_transaction.unblock(), nothing_sent():
+        make_agent("flaky", workspace=team.workspace, kinds=("not_found", "tracker_busy"))
+        run_agent(team, "flaky", oz_fail_round("not_found", SECRET))
+        run_agent(team, "flaky", oz_fail_round("not_found", SECRET))
+        run_agent(team, "flaky", answering_round())
+        add_version("flaky", 2)
+        run_agent(team, "flaky", oz_fail_round("tracker_busy", SECRET))
+        run_agent(team, "flaky", answering_round())
+        run_agent(team, "flaky", answering_round())
+        assert run_agent(team, "flaky", held_round()).status == "needs_attention"
+        make_agent("steady", workspace=team.workspace)
+        run_agent(team, "steady", answering_round())
+        run_agent(team, "steady", answering_round())
+        make_agent("idle", workspace=team.workspace)
     return team
 
 

@@ -19,7 +19,8 @@ from insights.selectors import scorecard
 from runs.fingerprints import failure_fingerprint
 from runs.models import Finding, Run
 from runs.selectors import encode_cursor
-from tests.insights.conftest import oz_fail_round
+from tests.conftest import Team
+from tests.insights.conftest import nothing_sent, oz_fail_round, team_of
 from tests.insights.planting import make_agent
 from tests.insights.test_scorecard import add_version
 
@@ -42,21 +43,38 @@ def fail(team: Any, agent: str, message: str, *, private: bool = False) -> Run:
     return drive(Run.objects.get(pk=doc["run"]["id"]))
 
 
+team = team_of("groups")
+
+
+@pytest.fixture(scope="module")
+def grouped(shared_team: Team, module_transaction: Any) -> dict[str, Any]:
+    """v1: two 'record not found' failures on day 1 and a 'tracker down'; v2: one more 'record not found'.
+    Built once for the module's tests that read it (each leaves it as it found it)."""
+    team = shared_team
+    with module_transaction.unblock(), nothing_sent():
+        make_agent("grouped", workspace=team.workspace, kinds=("not_found",))
+        with time_machine.travel(DAY1, tick=False):
+            first = fail(team, "grouped", MISSING_A)
+            fail(team, "grouped", DOWN)
+        with time_machine.travel(DAY1 + timedelta(hours=1), tick=False):
+            fail(team, "grouped", MISSING_B)
+        add_version("grouped", 2)
+        with time_machine.travel(DAY1 + timedelta(days=1), tick=False):
+            last = fail(team, "grouped", MISSING_A.replace("3", "4"))
+        missing = FailureGroup.objects.get(fingerprint=Finding.objects.get(run_id=first.pk).fingerprint)
+        down = FailureGroup.objects.exclude(pk=missing.pk).get(agent_name="grouped")
+    return {"missing": missing.pk, "down": down.pk, "first": first.pk, "last": last.pk}
+
+
 @pytest.fixture
-def groups(team: Any) -> dict[str, Any]:
-    """v1: two 'record not found' failures on day 1 and a 'tracker down'; v2: one more 'record not found'."""
-    make_agent("grouped", workspace=team.workspace, kinds=("not_found",))
-    with time_machine.travel(DAY1, tick=False):
-        first = fail(team, "grouped", MISSING_A)
-        fail(team, "grouped", DOWN)
-    with time_machine.travel(DAY1 + timedelta(hours=1), tick=False):
-        fail(team, "grouped", MISSING_B)
-    add_version("grouped", 2)
-    with time_machine.travel(DAY1 + timedelta(days=1), tick=False):
-        last = fail(team, "grouped", MISSING_A.replace("3", "4"))
-    missing = FailureGroup.objects.get(fingerprint=Finding.objects.get(run_id=first.pk).fingerprint)
-    down = FailureGroup.objects.exclude(pk=missing.pk).get(agent_name="grouped")
-    return {"missing": missing, "down": down, "first": first, "last": last}
+def groups(grouped: dict[str, Any], db: Any) -> dict[str, Any]:
+    """The module's groups and runs, read afresh for each test."""
+    return {
+        "missing": FailureGroup.objects.get(pk=grouped["missing"]),
+        "down": FailureGroup.objects.get(pk=grouped["down"]),
+        "first": Run.objects.get(pk=grouped["first"]),
+        "last": Run.objects.get(pk=grouped["last"]),
+    }
 
 
 @pytest.mark.spec("F18")

@@ -13,7 +13,9 @@ from django.test import Client
 
 from insights import search
 from runs.models import Run
+from tests.conftest import Team
 from tests.factories import make_member
+from tests.insights.conftest import nothing_sent, team_of
 from tests.insights.planting import make_agent
 from tests.insights.test_failure_groups import fail
 
@@ -22,15 +24,26 @@ pytestmark = pytest.mark.django_db
 WORDS = "the ledger QUASIMODO refused record 42"
 
 
+team = team_of("said")
+
+
+@pytest.fixture(scope="module")
+def spoken(shared_team: Team, module_transaction: Any) -> dict[str, Any]:
+    """Built once for the module's tests that read it (each leaves it as it found it)."""
+    team = shared_team
+    with module_transaction.unblock(), nothing_sent():
+        make_agent("speaker", workspace=team.workspace, kinds=("not_found",))
+        make_agent("other", workspace=team.workspace, kinds=("not_found",))
+        return {
+            "public": fail(team, "speaker", WORDS).pk,
+            "private": fail(team, "speaker", "a private note on ZANZIBAR", private=True).pk,
+            "other": fail(team, "other", "the ledger of another agent").pk,
+        }
+
+
 @pytest.fixture
-def said(team: Any) -> dict[str, Run]:
-    make_agent("speaker", workspace=team.workspace, kinds=("not_found",))
-    make_agent("other", workspace=team.workspace, kinds=("not_found",))
-    return {
-        "public": fail(team, "speaker", WORDS),
-        "private": fail(team, "speaker", "a private note on ZANZIBAR", private=True),
-        "other": fail(team, "other", "the ledger of another agent"),
-    }
+def said(spoken: dict[str, Any], db: Any) -> dict[str, Run]:
+    return {name: Run.objects.get(pk=pk) for name, pk in spoken.items()}
 
 
 def runs_found(team: Any, role: str, q: str, *, extra: str = "") -> set[str]:

@@ -11,19 +11,31 @@ from django.test import Client
 
 from insights.models import FailureGroup
 from tests.conftest import Team
+from tests.insights.conftest import nothing_sent, team_of
 from tests.insights.planting import make_agent
 from tests.insights.test_failure_groups import DOWN, MISSING_A, fail
 
 pytestmark = pytest.mark.django_db
 
 
+team = team_of("group")
+
+
+@pytest.fixture(scope="module")
+def paged(shared_team: Team, module_transaction: Any) -> int:
+    """Built once for the module's tests that read it (each leaves it as it found it)."""
+    team = shared_team
+    with module_transaction.unblock(), nothing_sent():
+        make_agent("paged", workspace=team.workspace, kinds=("not_found",))
+        fail(team, "paged", MISSING_A)
+        fail(team, "paged", MISSING_A.replace("3", "5"))
+        fail(team, "paged", DOWN)
+        return FailureGroup.objects.get(agent_name="paged", failed=2).pk
+
+
 @pytest.fixture
-def group(team: Any) -> FailureGroup:
-    make_agent("paged", workspace=team.workspace, kinds=("not_found",))
-    fail(team, "paged", MISSING_A)
-    fail(team, "paged", MISSING_A.replace("3", "5"))
-    fail(team, "paged", DOWN)
-    return FailureGroup.objects.get(agent_name="paged", failed=2)
+def group(paged: int, db: Any) -> FailureGroup:
+    return FailureGroup.objects.get(pk=paged)
 
 
 def console(team: Any, role: str) -> Client:

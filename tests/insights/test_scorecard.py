@@ -16,8 +16,9 @@ from insights.models import FailureDaily, FailureTotal, RepairDaily, RepairTotal
 from insights.selectors import scorecard
 from oz0agents.models import AgentVersion
 from runs.models import Finding
+from tests.conftest import Team
 from tests.factories import make_workspace
-from tests.insights.conftest import answering_round, oz_fail_round, run_agent
+from tests.insights.conftest import answering_round, nothing_sent, oz_fail_round, run_agent, team_of
 from tests.insights.planting import make_agent
 from tests.runs.driver import drive
 
@@ -47,19 +48,25 @@ def cancel(team: Any, agent: str) -> None:
     assert status == 200 and doc["run"]["status"] == "canceled"
 
 
-@pytest.fixture
-def history(team: Any) -> str:
-    """triage: v1 ran 3 times on day 1 (2 not_found); v2 ran 3 times on day 2 (1 not_found, 1 cancelled)."""
-    make_agent("triage-card", workspace=team.workspace, kinds=("not_found", "tracker_busy"))
-    with time_machine.travel(DAY1, tick=False):
-        run_agent(team, "triage-card", oz_fail_round("not_found"))
-        run_agent(team, "triage-card", oz_fail_round("not_found"))
-        run_agent(team, "triage-card", answering_round())
-    add_version("triage-card", 2)
-    with time_machine.travel(DAY1 + timedelta(days=1), tick=False):
-        run_agent(team, "triage-card", oz_fail_round("not_found"))
-        run_agent(team, "triage-card", answering_round())
-        cancel(team, "triage-card")
+team = team_of("history")
+
+
+@pytest.fixture(scope="module")
+def history(shared_team: Team, module_transaction: Any) -> str:
+    """triage: v1 ran 3 times on day 1 (2 not_found); v2 ran 3 times on day 2 (1 not_found, 1 cancelled).
+    Built once for the module's tests that read it (each leaves it as it found it)."""
+    team = shared_team
+    with module_transaction.unblock(), nothing_sent():
+        make_agent("triage-card", workspace=team.workspace, kinds=("not_found", "tracker_busy"))
+        with time_machine.travel(DAY1, tick=False):
+            run_agent(team, "triage-card", oz_fail_round("not_found"))
+            run_agent(team, "triage-card", oz_fail_round("not_found"))
+            run_agent(team, "triage-card", answering_round())
+        add_version("triage-card", 2)
+        with time_machine.travel(DAY1 + timedelta(days=1), tick=False):
+            run_agent(team, "triage-card", oz_fail_round("not_found"))
+            run_agent(team, "triage-card", answering_round())
+            cancel(team, "triage-card")
     return "triage-card"
 
 

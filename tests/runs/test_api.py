@@ -199,3 +199,25 @@ def test_the_run_documents_tasks_say_what_a_composed_call_would_do_to_those_who_
     viewed = next(t for t in as_viewer["tasks"] if t["key"] == "r1.1")
     assert viewed["spec"] == {"tool": "test.echo"} and viewed["composed"] is True
     assert "wire 900" not in str(as_viewer)
+
+
+def test_a_plain_runs_document_asks_nothing_of_children_approvals_or_session_slots(team: Team) -> None:
+    """The document asks for child runs, first approvals and a round's wait for a session slot
+    only when the run has a task that can have them (a delegate, a call awaiting approval, a
+    waiting round): each is a query the read of a plain run would make for nothing."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _, created = create(team, {"tasks": [echo("a"), echo("b", after=["a"])], "deliverable": "b"})
+    run_id = created["run"]["id"]
+    drive(Run.objects.get(pk=run_id))
+    api = team.api("operator")
+    api.get(f"/runs/{run_id}")  # the caller's token and standing, read once before counting
+    with CaptureQueriesContext(connection) as captured:
+        status, document = api.get(f"/runs/{run_id}")
+    assert status == 200 and document["status"] == "completed"
+    assert document["children"] == [] and document["waiting_for_slot"] is None
+    assert all("first_approval" not in task for task in document["tasks"])
+    sql = [query["sql"] for query in captured.captured_queries]
+    assert not [q for q in sql if '"parent_id" =' in q], "asked for child runs"
+    assert not [q for q in sql if "approvals" in q or "waiting_for_slot" in q], "asked for approvals or a slot"

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from runs import kernel
-from runs.models import Run, Task, TaskStatus
+from runs.models import TASK_SETTLED, Run, Task, TaskStatus
 from runs.worker import tasks as worker_tasks
 from runs.worker.reporting import settle
 from tests.conftest import LiveStack, Team, wait_for
@@ -102,7 +102,9 @@ def test_slow_calls_of_one_workspace_do_not_delay_anothers_quick_call(live: Live
     from django.conf import settings
 
     quiet = Team()
-    slow = 6.0
+    # Far longer than a quick call takes even on a machine whose cores are all busy: the proof is
+    # that the quick call ends while every slow one still runs, not a figure of seconds.
+    slow = 30.0
     operator = live_team.users["operator"]
     noisy_run, _ = kernel.create_run(
         workspace=live_team.workspace, user=operator, body={"tasks": [sleeping(f"s{i}", slow) for i in range(6)]}
@@ -110,13 +112,12 @@ def test_slow_calls_of_one_workspace_do_not_delay_anothers_quick_call(live: Live
     try:
         wait_for(lambda: Task.objects.filter(run=noisy_run, status=TaskStatus.RUNNING).exists(), message="a slow call")
         time.sleep(0.5)  # the other worker process has met the noisy workspace's other messages
-        started = time.monotonic()
         quick_run, _ = kernel.create_run(
             workspace=quiet.workspace, user=quiet.users["operator"], body={"tasks": [echo("q")], "deliverable": "q"}
         )
         wait_for(lambda: Run.objects.get(pk=quick_run.pk).status == "completed", timeout=60, message="the quick run")
-        took = time.monotonic() - started
-        assert took < slow / 2, f"the quiet workspace's quick call took {took:.2f}s beside {slow}s calls"
+        ended = Task.objects.filter(run=noisy_run, status__in=TASK_SETTLED).count()
+        assert ended == 0, f"the quiet workspace's quick call waited for {ended} of the other's {slow:.0f} s calls to end"
         # The noisy workspace never held more than its share of the workers.
         assert Task.objects.filter(run=noisy_run, status=TaskStatus.RUNNING).count() <= settings.OZ0_WORKER_SLOTS_PER_WORKSPACE
     finally:

@@ -5,10 +5,11 @@ signed-out sessions closed, and an Origin check that compares the port."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 from redis.exceptions import MaxConnectionsError
@@ -130,6 +131,64 @@ def test_a_socket_whose_checks_fail_stays_open_and_so_do_the_others(monkeypatch:
             await _close([viewer, operator])
 
     assert async_to_sync(scenario)() == ["run.changed", "run.changed", "run.changed", True, "run.changed", "run.changed"]
+
+
+def test_a_push_reaches_a_socket_while_the_processs_one_sync_thread_is_busy() -> None:
+    """Before, every push to every socket first hopped through the process's one thread for
+    thread-sensitive calls (Channels closing stale database connections): a neighbour's push wave
+    to its 180 sockets queued 180 hops there, and a quiet workspace's push waited behind them. Here
+    that thread is held by a call that has not ended: the push must still arrive."""
+    team = Team()
+    communicator = _socket(f"/ws/workspaces/{team.slug}/", _cookie(_client(team, "viewer")))
+    release = threading.Event()
+
+    def occupying() -> None:
+        release.wait(timeout=30)
+
+    async def scenario() -> Any:
+        try:
+            assert all(ok for ok, _ in await _open([communicator]))
+            held = asyncio.ensure_future(sync_to_async(occupying)())
+            await asyncio.sleep(0.1)  # the one thread is in the call
+            _push(team)
+            try:
+                return await communicator.receive_json_from(timeout=5)
+            finally:
+                release.set()
+                await held
+        finally:
+            await _close([communicator])
+
+    assert async_to_sync(scenario)()["type"] == "run.changed"
+
+
+def test_a_socket_connects_while_the_processs_one_sync_thread_is_busy() -> None:
+    """Channels reads a socket's session and user, and our consumers check membership, through the
+    process's one thread for thread-sensitive calls: a neighbour's storm of connects queued every
+    other workspace's connect behind it. Here that thread is held by a call that has not ended:
+    a quiet workspace's socket must still connect, as the right user, and get its push."""
+    team = Team()
+    viewer = _socket(f"/ws/workspaces/{team.slug}/", _cookie(_client(team, "viewer")))
+    stranger = _socket(f"/ws/workspaces/{team.slug}/", _cookie(_client(Team(), "operator")))
+    release = threading.Event()
+
+    def occupying() -> None:
+        release.wait(timeout=30)
+
+    async def scenario() -> Any:
+        held = asyncio.ensure_future(sync_to_async(occupying)())
+        await asyncio.sleep(0.1)  # the one thread is in the call
+        try:
+            (connected, _), (stranger_connected, _) = await _open([viewer, stranger])
+            _push(team)
+            return connected, stranger_connected, (await viewer.receive_json_from(timeout=5))["type"]
+        finally:
+            release.set()
+            await held
+            await _close([viewer, stranger])
+
+    # Off the one thread the checks still hold: a member of another workspace is refused.
+    assert async_to_sync(scenario)() == (True, False, "run.changed")
 
 
 def test_it_holds_each_person_and_each_session_to_their_socket_caps(settings: Any) -> None:

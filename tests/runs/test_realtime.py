@@ -551,3 +551,23 @@ def test_a_workspaces_pushes_to_its_sockets_are_bounded_by_their_number(settings
             assert folded["seq"] == 3 and folded["runs"] == ["b", "a"], folded
 
     asyncio.run(scenario())
+
+
+def test_a_workspace_groups_push_marks_its_workspace_quiet_for_the_web_share() -> None:
+    """The web share lets a quiet workspace's push go first (oz0site/web_share.py): the layer says
+    which workspace a push is handed to; a run group's names none."""
+    from oz0site import web_share
+
+    async def scenario() -> None:
+        layer = _Layer()
+        layer.channels = {"specific.a": asyncio.Queue(), "specific.b": asyncio.Queue()}
+        layer.groups = {"__group__ws.41": {"specific.a"}, "run.r": {"specific.b"}}
+        shard = channel_layer.PacedShardConnection({"address": "redis://127.0.0.1:1"}, layer)
+        web_share._quiet_pushes.clear()
+        shard._receive_message({"channel": "run.r", "data": b"{}"})
+        assert web_share._quiet_pushes == {}
+        shard._receive_message({"channel": "__group__ws.41", "data": b"{}"})
+        assert list(web_share._quiet_pushes) == [41]
+        assert layer.channels["specific.a"].qsize() == 1
+
+    asyncio.run(scenario())

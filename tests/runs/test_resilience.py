@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from runs.models import Run, Task
 from tests.conftest import ROOT, LiveStack, Team, wait_for
@@ -153,9 +154,18 @@ def test_it_finishes_an_accepted_run_across_a_worker_and_a_redis_restart(live: L
     stack.start_worker()
     stack.start_beat()
     try:
-        tasks = [{"key": "s0", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 1.5}}]
+        # The run is made once this worker takes messages (it waits on its queue in Redis): a
+        # worker still booting on a busy machine left the run's first call unclaimed, and the
+        # lane's own stack, sweeping the same database, sent it on as lost to its own worker.
+        listening = redis.Redis.from_url(redis_server.url)
+        wait_for(
+            lambda: any(client.get("cmd") in ("brpop", "blmove", "brpoplpush") for client in listening.client_list()),
+            timeout=120,
+            message="the worker to wait on its queue",
+        )
+        tasks = [{"key": "s0", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 3}}]
         tasks += [
-            {"key": f"s{i}", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 1.5}, "after": [f"s{i - 1}"]}
+            {"key": f"s{i}", "kind": "tool", "tool": "test.sleep", "args": {"seconds": 3}, "after": [f"s{i - 1}"]}
             for i in range(1, 5)
         ]
         # Create the run from a process whose broker is the dedicated Redis, as a program would through the API.
@@ -185,9 +195,18 @@ def test_it_finishes_an_accepted_run_across_a_worker_and_a_redis_restart(live: L
         # The worker was only just started: on a machine busy with other lanes its boot (a Django
         # import per pool process) has taken over 30 s.
         try:
-            wait_for(lambda: task_row(run_id, "s1").status == "running", timeout=120, message="the chain to get going")
+            wait_for(
+                lambda: any(task_row(run_id, key).status == "running" for key in ("s1", "s2", "s3")),
+                timeout=120,
+                interval=0.05,
+                message="the chain to get going",
+            )
         except AssertionError as stuck:
-            raise AssertionError(f"{stuck}; s0 is {task_row(run_id, 's0').status}; logs: {stack.logs()}") from None
+            statuses = dict(Task.objects.filter(run_id=run_id).order_by("key").values_list("key", "status"))
+            waiting = listening.llen(queue)
+            raise AssertionError(
+                f"{stuck}; the tasks: {statuses}; messages waiting on {queue}: {waiting}; logs: {stack.logs()}"
+            ) from None
         stack.kill_worker()
         redis_server.kill()
         time.sleep(1)
@@ -199,7 +218,7 @@ def test_it_finishes_an_accepted_run_across_a_worker_and_a_redis_restart(live: L
             message="the run to settle after the restarts",
         )
         assert run.status == "completed", (run.status, run.attention, stack.logs())
-        assert run.output == 1.5
+        assert run.output == 3
     finally:
         stack.stop()
         redis_server.kill()

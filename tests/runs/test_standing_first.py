@@ -13,7 +13,9 @@ import pytest
 from django.test import Client, override_settings
 
 from runs.models import Run
+from tenancy.models import Membership, Workspace
 from tests.conftest import Api, Team
+from tests.factories import make_member, make_token, make_workspace
 
 pytestmark = pytest.mark.usefixtures("no_dispatch")
 
@@ -90,6 +92,43 @@ ROUTES = [
     ("GET", "/workspaces/{ws}/agents", None, "viewer"),
 ]
 RANK = {"viewer": 1, "reader": 2, "operator": 3}
+
+
+def test_standing_is_one_read_of_the_workspace_named_and_the_callers_role_in_it(team: Team) -> None:
+    """The workspace a path names (by slug or as a run's) and the caller's role in it are read in
+    one statement, the API's most frequent: a member's request asks the membership once, with the
+    workspace. Whoever holds no role in that workspace is a 404 (an operator of another workspace
+    too: the role is this workspace's, never any), and so is an id that names nothing."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run_id = _run(team)
+    slug = team.workspace.slug
+    for path in (f"/runs/{run_id}", f"/workspaces/{slug}/runs"):
+        team.api("viewer").get(path)  # the token's row, read once before counting
+        with CaptureQueriesContext(connection) as captured:
+            status, _ = team.api("viewer").get(path)
+        assert status == 200, path
+        asked = [query["sql"] for query in captured.captured_queries if Membership._meta.db_table in query["sql"]]
+        assert len(asked) == 1, (path, asked)
+        named = Run if path.startswith("/runs/") else Workspace
+        assert f"FROM {named._meta.db_table} " in asked[0], asked
+
+    elsewhere = Api(make_token(user=make_member(workspace=make_workspace(), role="operator")))
+    for method, path, body in (
+        ("GET", f"/runs/{run_id}", None),
+        ("GET", f"/workspaces/{slug}/runs", None),
+        ("POST", f"/runs/{run_id}/cancel", {"reason": "not mine"}),
+    ):
+        status, answer = elsewhere.call(method, path, body)
+        assert (status, answer["error"]["key"]) == (404, "not_found"), (path, answer)
+    for crafted in ("not-a-uuid", "00000000-0000-0000-0000-000000000000", "%27%20OR%201%3D1--", "9" * 300):
+        status, answer = team.api("operator").get(f"/runs/{crafted}")
+        assert (status, answer["error"]["key"]) == (404, "not_found"), (crafted, answer)
+    for crafted in ("no-such-workspace", "x" * 300, "%27%20OR%201%3D1--"):
+        status, answer = team.api("operator").get(f"/workspaces/{crafted}/runs")
+        assert status == 404, (crafted, answer)
+    assert Run.objects.get(pk=run_id).status != "canceled"
 
 
 @pytest.mark.parametrize(("method", "template", "body", "needs"), ROUTES, ids=[f"{m} {t}" for m, t, _, _ in ROUTES])

@@ -9,7 +9,6 @@ import threading
 import time
 from typing import Any
 
-import psycopg
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import HttpCommunicator, WebsocketCommunicator
@@ -18,7 +17,7 @@ from django.test import Client
 
 from runs import kernel, waits
 from runs.models import Run
-from tests.conftest import Team, wait_for
+from tests.conftest import Team, own_session, wait_for
 from tests.runs.driver import echo
 
 pytestmark = pytest.mark.usefixtures("committed", "no_dispatch")
@@ -49,11 +48,7 @@ async def _wait(token: str, run_id: Any, *, after: int, timeout: float) -> tuple
 
 def _connections() -> int:
     """Sessions open on the test database, counted from a connection of our own."""
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    params.pop("prepare_threshold", None)
-    with psycopg.connect(**params, autocommit=True) as own:
+    with own_session(autocommit=True) as own:
         row = own.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()").fetchone()
     assert row is not None
     return int(row[0]) - 1

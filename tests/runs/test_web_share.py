@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.test import override_settings
 
 from oz0site import web_share
@@ -210,3 +210,92 @@ def test_quiet_first_is_off_at_zero() -> None:
     assert web_share.in_use(15) == (2, 0)
     for request in (*busy, *quiet, *second):
         web_share.give_back(request)
+
+
+@pytest.mark.usefixtures("committed")
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=10)
+def test_a_busy_request_already_running_pauses_before_its_next_query_while_a_quiet_one_runs() -> None:
+    """Before: held back at the door only, a busy workspace's requests already in flight ran beside
+    the quiet one's to their end (with two of them, the quiet request had a third of the
+    interpreter)."""
+    from django.db import connection
+
+    first = _held(25, 1)  # the busy workspace has a request in flight: its next is not quiet
+    quiet_in_flight, queried = threading.Event(), threading.Event()
+
+    def view(request: HttpRequest) -> HttpResponse:
+        web_share.take(request, 25)  # admitted before the quiet request came
+        quiet_in_flight.wait(5)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            queried.set()
+        finally:
+            connection.close()
+        return HttpResponse()
+
+    middleware = web_share.WebShareMiddleware(view)
+    thread = threading.Thread(target=middleware, args=(HttpRequest(),))
+    thread.start()
+    while web_share.in_use(25)[0] < 2:
+        time.sleep(0.005)
+    quiet = _held(26, 1)
+    quiet_in_flight.set()
+    try:
+        assert not queried.wait(0.3), "the busy request's query ran beside the quiet request"
+        web_share.give_back(quiet[0])  # the quiet request ends: the paused query goes at once
+        assert queried.wait(5)
+    finally:
+        web_share.give_back(quiet[0])
+        thread.join(5)
+        web_share.give_back(first[0])
+    assert web_share.in_use(25) == (0, 0)
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=0.1)
+def test_a_busy_request_pauses_for_quiet_ones_only_within_its_allowance() -> None:
+    busy = _busy(27)
+    quiet = _held(28, 1)  # never ends while the busy request runs: it must not be starved
+    quiet += _held(28, 1)  # a workspace's own second request is not quiet and pauses for no one of its own
+    try:
+        web_share.pause_for_quiet(busy)
+        assert getattr(busy, web_share.PAUSE_ATTRIBUTE) == 0.0  # its whole allowance used
+        finished = threading.Event()
+        thread = threading.Thread(target=lambda: (web_share.pause_for_quiet(busy), finished.set()))
+        thread.start()
+        assert finished.wait(5), "a busy request paused past its allowance"
+        thread.join(5)
+        own = threading.Thread(target=web_share.pause_for_quiet, args=(quiet[1],))
+        own.start()
+        own.join(5)
+        assert not own.is_alive() and not hasattr(quiet[1], web_share.PAUSE_ATTRIBUTE)
+    finally:
+        for request in (busy, *quiet):
+            web_share.give_back(request)
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=10)
+def test_a_quiet_workspaces_push_holds_busy_requests_for_its_moment_only() -> None:
+    """The event loop's part of a quiet workspace's push needs the interpreter as its requests do:
+    while it is handed on, a busy workspace's running request pauses and its next waits at the
+    door, until the push's moment ends (by its time: no one ends it), never for the allowance."""
+    busy = _busy(33)
+    web_share.push_is_quiet(34)
+    web_share.pause_for_quiet(busy)
+    left = getattr(busy, web_share.PAUSE_ATTRIBUTE)
+    assert 5 < left < 10, left  # it paused, and not for its allowance
+    web_share.push_is_quiet(34)
+    thread, second, admitted = _take_in_thread(33)
+    thread.join(5)
+    assert admitted, "a busy request waited past the push's moment"
+    held = _held(35, 1)
+    web_share.push_is_quiet(35)  # a workspace whose requests are in flight: its push is not quiet
+    assert 35 not in web_share._quiet_pushes
+    for request in (busy, second, *held):
+        web_share.give_back(request)
+
+
+@override_settings(OZ0_WEB_QUIET_FIRST_SECONDS=0)
+def test_no_push_is_quiet_when_quiet_first_is_off() -> None:
+    web_share.push_is_quiet(36)
+    assert 36 not in web_share._quiet_pushes

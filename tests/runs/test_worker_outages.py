@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import InternalError as DjangoInternalError
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from runs import kernel
 from runs.kernel import sweep_expired_claims
 from runs.models import TraceEvent
 from runs.worker import reporting
-from tests.conftest import Team
+from tests.conftest import Team, own_session, wait_for
 from tests.runs.driver import echo, task
 
 
@@ -40,6 +41,50 @@ def test_a_report_is_tried_again_after_a_database_error(monkeypatch: pytest.Monk
 
     assert reporting.with_database(flaky, "a report", seconds=5) == "written"
     assert len(tries) == 3
+
+
+def a_session_the_server_ended() -> BaseException:
+    """What a worker's next statement raises after PostgreSQL ended its session for sitting idle
+    inside a transaction (DB_IDLE_IN_TRANSACTION_SECONDS): taken from a real session."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL idle_in_transaction_session_timeout = 50")
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+            with own_session(autocommit=True) as watcher:
+
+                def ended() -> bool:
+                    return not watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0]
+
+                wait_for(ended, timeout=30, message="the server ending the idle session")
+            cursor.execute("SELECT 1")
+    except Exception as error:
+        return error
+    raise AssertionError("the server did not end the session")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_the_server_ended_idle_in_a_transaction_is_a_database_error_not_the_calls_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ended = a_session_the_server_ended()
+    assert isinstance(ended, DjangoInternalError)  # not an OperationalError: it needs naming
+    assert reporting.is_database_error(ended)
+    reporting.replace_connection()
+    # A report that met it is tried again on a new connection, not turned into the call's failure.
+    monkeypatch.setattr(reporting.time, "sleep", lambda seconds: None)
+    tries: list[int] = []
+
+    def report() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ended
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 'written'")
+            return str(cursor.fetchone()[0])
+
+    assert reporting.with_database(report, "a report", seconds=5) == "written"
+    assert len(tries) == 2
 
 
 def test_a_database_that_stays_away_is_told_apart_from_the_calls_failure(monkeypatch: pytest.MonkeyPatch) -> None:

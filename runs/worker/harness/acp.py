@@ -9,7 +9,8 @@ unix socket in the job's folder as JSON-lines protocol v1 calls, answered by the
 the approval stage, the trace, and oz.fail into the kernel's one entry. A `session/request_permission`
 crosses the approval stage too (`HarnessSession.approval`), and the person's decision comes back as
 the agent's own allow or reject option. oz0 offers no file system or terminal methods. A run cancel
-sends `session/cancel` (the turn must end `cancelled`), then SIGTERM and SIGKILL. The agent's
+sends `session/cancel` (the turn must end `cancelled`; before a permission request or MCP call it
+stopped is answered), then SIGTERM and SIGKILL. The agent's
 message chunks are the round's output (at most OUTPUT_MAX bytes).
 
 The conversation is served by the session worker's keeper loop, not by the session's thread
@@ -110,6 +111,10 @@ class Conversation:
         self.canceled = False  # a call was stopped by a cancel
         self.job_ended = False  # oz.fail ended the job
         self.finished = False  # the conversation ended: a released call is not taken up again
+        # The ACP connection and session once opened, and whether `session/cancel` went to it.
+        self.conn: Any = None
+        self.session_id: str | None = None
+        self.cancel_sent = False
 
     def run(self) -> Any:
         """(The session's thread.) Start the conversation on the loop; its output, or
@@ -246,8 +251,22 @@ class Conversation:
             return {"type": "result", "id": call_id, "ok": True, "value": "oz0 ended the job"}
         except HarnessCanceled:
             self.canceled = True
+            await self.cancel_turn()
             return None
         return result.as_message(call_id)
+
+    async def cancel_turn(self) -> None:
+        """Send `session/cancel`, once, before what the agent awaits is answered as cancelled (ACP:
+        the client cancels the turn, then answers its pending permission requests `cancelled`): an
+        agent learns of the cancel from the notification, never only from an answer it could take
+        for a person's dismissal and go on. Past its deadline the agent is stopped without one."""
+        if self.cancel_sent or self.conn is None or self.session_id is None or self.session.timed_out.is_set():
+            return
+        self.cancel_sent = True
+        try:
+            await self.conn.cancel(session_id=self.session_id)
+        except (ConnectionError, OSError):
+            pass  # the agent is gone: its end is read where its turn is awaited
 
     def _stopping(self) -> bool:
         return self.session.cancel.is_set() or self.canceled or self.job_ended or self.client.canceled
@@ -271,6 +290,7 @@ class Conversation:
                 try:
                     offered = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
                     session_id = await _open_session(conn, client, self, offered, cwd=str(jail.job_dir), servers=[oz0_server])
+                    self.conn, self.session_id = conn, session_id
                     turn = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[acp.text_block(session.prompt())]))
                     while not turn.done():
                         if self.released and not client.flooded:
@@ -292,7 +312,7 @@ class Conversation:
                             )
                         if self._stopping():
                             if not session.timed_out.is_set():  # past its deadline it is stopped at once
-                                await conn.cancel(session_id=session_id)
+                                await self.cancel_turn()
                                 await asyncio.wait([turn], timeout=CANCEL_GRACE_SECONDS)
                             await _stop(process)
                             if self.job_ended:
@@ -400,6 +420,7 @@ class OzClient:
             answer = await self.conversation.call(partial(self.session.approval, name, args))
         except HarnessCanceled:
             self.canceled = True
+            await self.conversation.cancel_turn()
             return {"outcome": {"outcome": "cancelled"}}
         kinds = {getattr(option, "kind", None): getattr(option, "option_id", None) for option in reversed(list(options))}
         if answer.ok:

@@ -56,6 +56,12 @@ from runs.worker.round_driver import tool_message
 POLL_SECONDS = 0.2
 STDERR_KEPT = 8000
 
+# Set when the session worker is told to stop (Celery's worker_shutting_down, oz0site/celery.py):
+# a session that can be parked and waits on a person parks at once, not when its park clock runs
+# out. A person may take hours, and a warm shutdown waits for the session's thread; killed
+# instead, the session would be replayed from its journal only once its lease ran out.
+worker_stopping = threading.Event()
+
 
 class HarnessCanceled(Exception):
     """The run is being canceled: the adapter stops its framework and lets this propagate."""
@@ -427,7 +433,8 @@ class HarnessSession:
     def _answer(self, key: str) -> CallResult:
         """Wait for the call `key` to settle; its answer for the agent. A wait on a person longer
         than OZ0_SESSION_PARK_SECONDS parks the session, if it can be (`HarnessParked`), else
-        releases it, if it can be (`HarnessReleased`)."""
+        releases it, if it can be (`HarnessReleased`); a wait in a worker told to stop parks it
+        at once, if it can be."""
         asking_since: float | None = None
         while True:
             source = Task.objects.filter(run_id=self.run.pk, key=key).first()
@@ -435,6 +442,10 @@ class HarnessSession:
                 return refused(f"{key}, the call, is gone")
             if _settled(source):
                 break
+            # Parked, never released, for the stop: the keeper that would hold its process stops too.
+            # Until its checkpoint has come (`_park` is False without one), it waits on as before.
+            if source.status in TASK_ASKING and self.parks and worker_stopping.is_set() and self._park(key):
+                raise HarnessParked()
             if source.status in TASK_ASKING and (self.parks or self.releases):
                 now = time.monotonic()
                 asking_since = now if asking_since is None else asking_since

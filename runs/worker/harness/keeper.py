@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVarTuple
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -201,11 +201,49 @@ def _wait_for_children_on(loop: asyncio.AbstractEventLoop) -> None:
     (which runs as long as the process; it hands each exit to the loop that started the child)."""
     if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
         return  # 3.12 uses pidfds itself where it can
-    watcher = asyncio.PidfdChildWatcher()
-    watcher.attach_loop(loop)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        asyncio.set_child_watcher(watcher)
+        asyncio.set_child_watcher(KeeperChildWatcher(loop))
+
+
+# What a child watcher's callback is handed after the pid and exit code.
+Exited = TypeVarTuple("Exited")
+
+if sys.version_info < (3, 12):
+
+    class KeeperChildWatcher(asyncio.PidfdChildWatcher):
+        """A pidfd watcher bound to the keeper's loop for the process's life. asyncio hands its one
+        watcher to each loop the main thread sets: an `asyncio.run` there would attach it to its own
+        loop, then to none, closing every pidfd it watched, and the keeper's agents' exits would go
+        unheard. Bound once, this one ignores that. A child started on another loop is registered
+        through the keeper's loop (a selector is not thread-safe); asyncio's own callback hands its
+        exit back to the loop that started it."""
+
+        def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+            super().__init__()
+            super().attach_loop(loop)
+            self.bound = loop
+
+        def attach_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+            pass
+
+        def _on_its_loop(self) -> bool:
+            try:
+                return asyncio.get_running_loop() is self.bound
+            except RuntimeError:
+                return False
+
+        def add_child_handler(self, pid: int, callback: Callable[[int, int, *Exited], object], *args: *Exited) -> None:
+            if self._on_its_loop():
+                super().add_child_handler(pid, callback, *args)
+            else:
+                self.bound.call_soon_threadsafe(partial(super().add_child_handler, pid, callback, *args))
+
+        def remove_child_handler(self, pid: int) -> bool:
+            if self._on_its_loop():
+                return super().remove_child_handler(pid)
+            self.bound.call_soon_threadsafe(partial(super().remove_child_handler, pid))
+            return True
 
 
 def _close_connection() -> None:

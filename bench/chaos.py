@@ -515,6 +515,8 @@ class Phase:
         result.worst_lease_seconds = round(max(lateness), 2) if lateness else None
         if not fault.holders_die:
             result.leases_taken_from_live_holders = len(expired)
+            if expired:
+                result.notes += self._live_holders_heard(ids, fault_at)
         result.lease_lost = int(
             stack.query("SELECT count(*) FROM runs_traceevent WHERE run_id::text = ANY(%s) AND event = 'lease_lost'", (ids,))[0][
                 0
@@ -524,6 +526,26 @@ class Phase:
         result.settled_seconds = round(_stamp(last) - fault_at, 1) if last is not None else None
         self._committed_5xx(result)
         return result
+
+    def _live_holders_heard(self, ids: list[str], fault_at: float) -> list[str]:
+        """For each lease the sweep took from a holder that did not die: when it was last heard and
+        when it was taken (seconds after the fault began), and what the processes logged of its
+        task meanwhile, so that a failure explains itself."""
+        taken = self.stack.query(
+            "SELECT t.id, e.task_key, e.at, e.data FROM runs_traceevent e JOIN runs_task t "
+            "ON t.run_id = e.run_id AND t.key = e.task_key WHERE e.run_id::text = ANY(%s) AND e.event = 'claim_expired'",
+            (ids,),
+        )
+        notes = []
+        for task_id, key, at, data in taken:
+            heard = data.get("heartbeat_at") if isinstance(data, dict) else None
+            last = f"{_stamp(heard) - fault_at:.1f}s" if heard else "never"
+            notes.append(f"lease of {key} (task {task_id}) taken at {_stamp(at) - fault_at:.1f}s, last heard at {last}")
+            mark = f"task {task_id}"
+            for name in self.stack.processes:
+                lines = [line for line in self.stack.log(name, 2_000_000).splitlines() if mark in line]
+                notes += [f"  {name}: {line}" for line in lines[-12:]]
+        return notes
 
     def _committed_5xx(self, result: PhaseResult) -> None:
         """A 5xx answer to a request whose work was committed before the answer came."""

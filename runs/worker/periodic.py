@@ -66,10 +66,15 @@ class DatabaseWatch:
     against the holders of claims: during it they could not heartbeat either.
 
     A gap between two answers of the database longer than the sweep period plus half a lease is
-    blind time. For one lease after the database answers again, the claims sweep adds the blind
-    time to the lease (its `grace`), so a live holder gets a whole lease to heartbeat again. A
-    shorter gap needs nothing: a holder heartbeating more often than every half lease was stale
-    by less than a lease."""
+    blind time. After the database answers again, the claims sweep adds the blind time to the
+    lease (its `grace`) for as long as the database was away, a lease at least. A shorter gap needs
+    nothing: a holder heartbeating more often than every half lease was stale by less than a lease.
+
+    Why not one lease alone: the database answers the sweeper first, not everyone at once. A server
+    back from a crash on a busy machine serves each process as it reconnects, and a live holder
+    was once heard again only after the short test lease (5 s) had run out, its call then taken for
+    lost. A holder that died during the outage is handed on that much later, which an outage that
+    long has delayed already."""
 
     def __init__(self, period: float, lease: float) -> None:
         self.period = period
@@ -84,17 +89,19 @@ class DatabaseWatch:
         gap = now - self.last_answer - self.period
         return gap if gap > self.lease / 2 else 0.0
 
+    def _recent(self, now: float) -> float:
+        """The last blind time, while holders may still be coming back from it."""
+        return self.blind if now - self.blind_ended < max(self.lease, self.blind) else 0.0
+
     def grace(self, now: float) -> float:
         """Seconds to add to the lease for a sweep starting now."""
-        recent = self.blind if now - self.blind_ended < self.lease else 0.0
-        return max(self._blind_before(now), recent)
+        return max(self._blind_before(now), self._recent(now))
 
     def answered(self, now: float) -> None:
         """The database answered a sweep that ended now."""
         blind = self._blind_before(now)
         if blind:
-            recent = self.blind if now - self.blind_ended < self.lease else 0.0
-            self.blind, self.blind_ended = max(blind, recent), now
+            self.blind, self.blind_ended = max(blind, self._recent(now)), now
         self.last_answer = now
 
 

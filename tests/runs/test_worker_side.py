@@ -59,7 +59,7 @@ def test_beat_sends_no_sweep_to_the_workers_and_what_it_sends_expires(settings: 
 
 def test_the_sweeper_gives_holders_the_time_it_could_not_see_the_database() -> None:
     """After an outage no holder could heartbeat through, the lease is lengthened by the outage for
-    one lease; a short gap (a slow pass) gives nothing."""
+    as long as the outage lasted (a lease at least); a short gap (a slow pass) gives nothing."""
     from runs.worker.periodic import DatabaseWatch
 
     watch = DatabaseWatch(period=0.5, lease=5)
@@ -67,12 +67,21 @@ def test_the_sweeper_gives_holders_the_time_it_could_not_see_the_database() -> N
     assert watch.grace(100.5) == 0.0
     assert watch.grace(102.0) == 0.0  # 1.5 s gap: under half a lease
     assert watch.grace(112.0) == pytest.approx(11.5)  # the database away since 100.0
-    watch.answered(112.5)  # it answers again: the blind time counts for one lease more
+    watch.answered(112.5)  # it answers again: the blind time counts for as long again
     assert watch.grace(113.0) == pytest.approx(12.0)
-    for now in (113.0, 114.5, 116.0, 117.5):
+    for now in (113.0, 114.5, 116.0, 117.5, 119.0, 120.5, 122.0, 123.5):
         watch.answered(now)
-    assert watch.grace(117.4) == pytest.approx(12.0)
-    assert watch.grace(118.0) == 0.0  # a whole lease since it came back
+    assert watch.grace(118.0) == pytest.approx(12.0)  # a lease since it came back: still away as long
+    assert watch.grace(124.4) == pytest.approx(12.0)
+    assert watch.grace(124.6) == 0.0  # as long as it was away since it came back
+
+    short = DatabaseWatch(period=0.5, lease=5)
+    short.answered(100.0)
+    short.answered(104.0)  # 3.5 s blind, under a lease: holders get the lease
+    for now in (105.0, 106.0, 107.0, 108.0, 109.0):
+        short.answered(now)
+    assert short.grace(108.9) == pytest.approx(3.5)
+    assert short.grace(109.1) == 0.0
 
 
 def test_the_lost_message_sweep_reads_the_broker_on_one_client_that_outlives_a_dropped_connection(settings: Any) -> None:

@@ -100,3 +100,21 @@ def test_it_keeps_last_used_to_the_minute_without_a_write_per_request() -> None:
         assert _works(token)
         later = ApiToken.objects.get(pk=row.pk).last_used_at
     assert later is not None and later > first
+
+
+def test_a_token_stands_for_its_whole_person_and_a_deactivated_persons_for_nobody() -> None:
+    """The token's person is read with the token in one written-out statement: the user it gives
+    is the stored person, every field, and one deactivated since authenticates nobody."""
+    from django.contrib.auth import get_user_model
+
+    from tenancy.tokens import token_user
+
+    token = _create(username="tok-whole")
+    stored = get_user_model().objects.get(username="tok-whole")
+    found = token_user(token)
+    assert found == stored and found._state.adding is False and found._state.db == "default"
+    fields = [field.attname for field in get_user_model()._meta.concrete_fields]
+    assert {name: getattr(found, name) for name in fields} == {name: getattr(stored, name) for name in fields}
+    assert token_user(token + "x") is None and token_user("") is None
+    get_user_model().objects.filter(pk=stored.pk).update(is_active=False)
+    assert token_user(token) is None and not _works(token)

@@ -228,11 +228,11 @@ def run_document(user: Any, run: Run, tasks: Iterable[Task] | None = None) -> di
     doc["content_visible"] = content
     doc["tasks"] = [task_document(t, content, run.failure) for t in rows]
     doc["usage"] = billed_usage(rows)
-    doc["cost"] = run_cost(run)
-    doc["code"] = code_document(run, rows)
     # What only some tasks can have is asked of the database only when the run has such a task:
-    # a read of a run of plain tool calls makes three queries fewer.
+    # a read of a run of plain tool calls makes four queries fewer. Model calls are a round's.
     kinds, task_statuses = {t.kind for t in rows}, {t.status for t in rows}
+    doc["cost"] = run_cost(run) if TaskKind.ROUND in kinds else usage_cost([])
+    doc["code"] = code_document(run, rows)
     doc["children"] = children_of(run, content) if TaskKind.DELEGATE in kinds else []
     round_waits = TaskKind.ROUND in kinds and TaskStatus.WAITING in task_statuses
     doc["waiting_for_slot"] = waiting_for_slot(run) if round_waits else None

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from runs.models import Run
+from runs.usage_prices import usage_cost
 from tests.conftest import Api, Team
 from tests.runs.driver import drive, echo, fail
 
@@ -202,9 +203,9 @@ def test_the_run_documents_tasks_say_what_a_composed_call_would_do_to_those_who_
 
 
 def test_a_plain_runs_document_asks_nothing_of_children_approvals_or_session_slots(team: Team) -> None:
-    """The document asks for child runs, first approvals and a round's wait for a session slot
-    only when the run has a task that can have them (a delegate, a call awaiting approval, a
-    waiting round): each is a query the read of a plain run would make for nothing."""
+    """The document asks for child runs, first approvals, model calls and a round's wait for a
+    session slot only when the run has a task that can have them (a delegate, a call awaiting
+    approval, a round): each is a query the read of a plain run would make for nothing."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -221,3 +222,5 @@ def test_a_plain_runs_document_asks_nothing_of_children_approvals_or_session_slo
     sql = [query["sql"] for query in captured.captured_queries]
     assert not [q for q in sql if '"parent_id" =' in q], "asked for child runs"
     assert not [q for q in sql if "approvals" in q or "waiting_for_slot" in q], "asked for approvals or a slot"
+    assert not [q for q in sql if "provider_call" in q], "asked for model calls"
+    assert document["cost"] == usage_cost([])

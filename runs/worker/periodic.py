@@ -48,9 +48,14 @@ def _broker(url: str) -> redis.Redis:
 
 
 def broker_queue_empty() -> bool:
-    client = _broker(settings.CELERY_BROKER_URL)
+    """Whether no message waits in the workers' or the sessions' queues, at any priority: every
+    list's length in one round trip (they were a round trip each, a third of an idle pass's CPU)."""
     queues = (settings.CELERY_TASK_DEFAULT_QUEUE, settings.OZ0_SESSION_QUEUE)
-    return all(int(client.llen(name)) == 0 for queue in queues for name in priority_lists(queue))
+    with _broker(settings.CELERY_BROKER_URL).pipeline(transaction=False) as pipe:
+        for queue in queues:
+            for name in priority_lists(queue):
+                pipe.llen(name)
+        return not any(int(length) for length in pipe.execute())
 
 
 def record_worker_heartbeat() -> None:

@@ -72,21 +72,26 @@ class DatabaseWatch:
 
     A gap between two answers of the database longer than the sweep period plus half a lease is
     blind time. After the database answers again, the claims sweep adds the blind time to the
-    lease (its `grace`) for as long as the database was away, a lease at least. A shorter gap needs
-    nothing: a holder heartbeating more often than every half lease was stale by less than a lease.
+    lease (its `grace`) for a lease; after an outage the sweeper saw (its passes failed on the
+    database), for as long as the outage lasted, if that is longer. A shorter gap needs nothing: a
+    holder heartbeating more often than every half lease was stale by less than a lease.
 
-    Why not one lease alone: the database answers the sweeper first, not everyone at once. A server
-    back from a crash on a busy machine serves each process as it reconnects, and a live holder
-    was once heard again only after the short test lease (5 s) had run out, its call then taken for
-    lost. A holder that died during the outage is handed on that much later, which an outage that
-    long has delayed already."""
+    Why longer after an outage: the database answers the sweeper first, not everyone at once. A
+    server back from a crash on a busy machine serves each process as it reconnects, and a live
+    holder was once heard again only after the short test lease (5 s) had run out, its call then
+    taken for lost. A holder that died during the outage is handed on that much later, which an
+    outage that long has delayed already. A sweeper that was itself stopped or starved saw nothing
+    fail: the holders went on heartbeating meanwhile, and the dead among them are handed on a
+    lease after it runs again, as before."""
 
     def __init__(self, period: float, lease: float) -> None:
         self.period = period
         self.lease = lease
         self.last_answer: float | None = None
+        self.unreachable_since: float | None = None
         self.blind = 0.0
         self.blind_ended = float("-inf")
+        self.blind_window = lease
 
     def _blind_before(self, now: float) -> float:
         if self.last_answer is None:
@@ -96,17 +101,25 @@ class DatabaseWatch:
 
     def _recent(self, now: float) -> float:
         """The last blind time, while holders may still be coming back from it."""
-        return self.blind if now - self.blind_ended < max(self.lease, self.blind) else 0.0
+        return self.blind if now - self.blind_ended < self.blind_window else 0.0
 
     def grace(self, now: float) -> float:
         """Seconds to add to the lease for a sweep starting now."""
         return max(self._blind_before(now), self._recent(now))
+
+    def unreachable(self, now: float) -> None:
+        """A sweep starting about now failed on the database."""
+        if self.unreachable_since is None:
+            self.unreachable_since = now
 
     def answered(self, now: float) -> None:
         """The database answered a sweep that ended now."""
         blind = self._blind_before(now)
         if blind:
             self.blind, self.blind_ended = max(blind, self._recent(now)), now
+            outage = self.unreachable_since is not None
+            self.blind_window = max(self.lease, self.blind) if outage else self.lease
+        self.unreachable_since = None
         self.last_answer = now
 
 
@@ -118,7 +131,12 @@ _default_watch: DatabaseWatch | None = None
 
 
 def _expired_claims(watch: DatabaseWatch) -> int:
-    swept = kernel.sweep_expired_claims(grace=watch.grace(time.monotonic()))
+    try:
+        swept = kernel.sweep_expired_claims(grace=watch.grace(time.monotonic()))
+    except Exception as error:
+        if is_database_error(error):
+            watch.unreachable(time.monotonic())
+        raise
     watch.answered(time.monotonic())
     if swept:
         meter.count("oz0_lease_expiries_total", (("kind", "claim"),), swept)

@@ -66,6 +66,8 @@ def test_the_sweeper_gives_holders_the_time_it_could_not_see_the_database() -> N
     watch.answered(100.0)
     assert watch.grace(100.5) == 0.0
     assert watch.grace(102.0) == 0.0  # 1.5 s gap: under half a lease
+    for now in (101.0, 103.0, 107.0, 111.0):
+        watch.unreachable(now)  # the sweeps fail on the database
     assert watch.grace(112.0) == pytest.approx(11.5)  # the database away since 100.0
     watch.answered(112.5)  # it answers again: the blind time counts for as long again
     assert watch.grace(113.0) == pytest.approx(12.0)
@@ -77,11 +79,46 @@ def test_the_sweeper_gives_holders_the_time_it_could_not_see_the_database() -> N
 
     short = DatabaseWatch(period=0.5, lease=5)
     short.answered(100.0)
+    short.unreachable(101.0)
     short.answered(104.0)  # 3.5 s blind, under a lease: holders get the lease
     for now in (105.0, 106.0, 107.0, 108.0, 109.0):
         short.answered(now)
     assert short.grace(108.9) == pytest.approx(3.5)
     assert short.grace(109.1) == 0.0
+
+
+def test_a_sweeper_that_was_itself_stopped_gives_holders_one_lease_not_its_pause() -> None:
+    """No sweep failed: the sweeper was stopped or starved (a frozen process), not the database
+    away. The holders went on heartbeating; the dead among them are handed on a lease after it
+    runs again, not as late as it was paused."""
+    from runs.worker.periodic import DatabaseWatch
+
+    watch = DatabaseWatch(period=0.5, lease=5)
+    watch.answered(100.0)
+    watch.answered(160.5)  # a minute without a pass, and nothing failed
+    for now in (161.0, 162.0, 163.0, 164.0, 165.0):
+        watch.answered(now)
+    assert watch.grace(165.4) == pytest.approx(60.0)
+    assert watch.grace(165.6) == 0.0  # a lease after it ran again
+
+
+def test_a_claims_sweep_that_fails_on_the_database_marks_the_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import OperationalError
+
+    from runs.worker import periodic
+
+    watch = periodic.DatabaseWatch(period=0.5, lease=5)
+
+    def unreachable(**_: object) -> int:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(periodic.kernel, "sweep_expired_claims", unreachable)
+    with pytest.raises(OperationalError):
+        periodic._expired_claims(watch)
+    assert watch.unreachable_since is not None
+    monkeypatch.setattr(periodic.kernel, "sweep_expired_claims", lambda **_: 0)
+    periodic._expired_claims(watch)
+    assert watch.unreachable_since is None
 
 
 def test_the_lost_message_sweep_reads_the_broker_on_one_client_that_outlives_a_dropped_connection(settings: Any) -> None:

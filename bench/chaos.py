@@ -536,15 +536,15 @@ class Phase:
             "ON t.run_id = e.run_id AND t.key = e.task_key WHERE e.run_id::text = ANY(%s) AND e.event = 'claim_expired'",
             (ids,),
         )
+        logs = {name: self.stack.log(name, 2_000_000).splitlines() for name in self.stack.processes}
         notes = []
         for task_id, key, at, data in taken:
             heard = data.get("heartbeat_at") if isinstance(data, dict) else None
             last = f"{_stamp(heard) - fault_at:.1f}s" if heard else "never"
             notes.append(f"lease of {key} (task {task_id}) taken at {_stamp(at) - fault_at:.1f}s, last heard at {last}")
             mark = f"task {task_id}"
-            for name in self.stack.processes:
-                lines = [line for line in self.stack.log(name, 2_000_000).splitlines() if mark in line]
-                notes += [f"  {name}: {line}" for line in lines[-12:]]
+            for name, lines in logs.items():
+                notes += [f"  {name}: {line}" for line in [line for line in lines if mark in line][-12:]]
         return notes
 
     def _committed_5xx(self, result: PhaseResult) -> None:

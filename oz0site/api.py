@@ -32,7 +32,6 @@ from runs.holds_api import router as holds_router
 from runs.kernel import KernelError
 from runs.schemas import read_body
 from runs.walls_api import router as walls_router
-from runs.worker.reporting import is_database_error
 from schedules.api import router as schedules_router
 from tenancy.tokens import token_user
 
@@ -128,7 +127,7 @@ def database_unavailable(request: HttpRequest, error: Error) -> HttpResponse:
     """The database unreachable, restarting, or this request's session ended by the server: the
     typed 503 of oz0site/errors.py. What the request had committed before stays committed; its
     open transaction is rolled back. Any other database error is oz0's own fault: a 500."""
-    if not is_database_error(error):
+    if not errors.is_database_error(error):
         raise error
     return errors.database_unavailable(request)
 

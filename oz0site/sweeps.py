@@ -8,7 +8,8 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from runs.worker.reporting import is_database_error, replace_connection
+from oz0site.errors import is_database_error
+from runs.worker.reporting import replace_connection
 
 log = logging.getLogger(__name__)
 

@@ -140,15 +140,16 @@ def _end_on_its_clock(txn: Txn, task_id: int, now: datetime) -> bool:
     if task is None or task.status not in CLOCKED:
         return False
     txn.remember([task])
-    if task.kind == "tool" and task.status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED):
-        key, detail = "tool_timeout", "the call ran past its deadline"
-        Task.objects.filter(pk=task.pk).update(cancel_requested=True)
-        task.cancel_requested = True
-        txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)
-    elif task.kind == "round" and task.status == TaskStatus.RUNNING:
-        # A harnessed round whose worker did not end it at its deadline (stuck, or cut off):
-        # told to stop, its report refused; never re-run blind (a hung agent would hang again).
-        key, detail = "round_timeout", "the round ran past its deadline and its worker did not end it"
+    running_tool = task.kind == "tool" and task.status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED)
+    # A harnessed round whose worker did not end it at its deadline (stuck, or cut off): told to
+    # stop, its report refused; never re-run blind (a hung agent would hang again).
+    running_round = task.kind == "round" and task.status == TaskStatus.RUNNING
+    if running_tool or running_round:
+        key, detail = (
+            ("tool_timeout", "the call ran past its deadline")
+            if running_tool
+            else ("round_timeout", "the round ran past its deadline and its worker did not end it")
+        )
         Task.objects.filter(pk=task.pk).update(cancel_requested=True)
         task.cancel_requested = True
         txn.move(task, TaskStatus.TIMED_OUT, error=(key, detail), finished_at=now, deadline_at=None, claim=None)

@@ -22,10 +22,11 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from oz0site import tracing
+from oz0site.errors import is_database_error
 from runs import kernel
 from runs.kernel import Claimed, KernelError, check_storable
 from runs.worker.harness import harness_of, run_harnessed_round
-from runs.worker.reporting import DatabaseUnavailable, is_database_error, replace_connection, settle, with_database
+from runs.worker.reporting import DatabaseUnavailable, replace_connection, settle, with_database
 from runs.worker.round_driver import run_round
 from runs.worker.tool_functions import ToolCanceled, ToolContext, ToolError, function_of
 

@@ -33,9 +33,10 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import close_old_connections
 
+from oz0site.errors import is_database_error
 from oz0site.metering import meter, priority_lists
 from runs import idempotency, kernel, retention
-from runs.worker.reporting import is_database_error, replace_connection
+from runs.worker.reporting import replace_connection
 
 log = logging.getLogger(__name__)
 

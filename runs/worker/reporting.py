@@ -27,31 +27,20 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
-from psycopg.errors import IdleInTransactionSessionTimeout
+from django.db import connection
+
+from oz0site.errors import is_database_error
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# psycopg's connection failures, a server shutting down, a dropped socket, a deadlock or a
-# serialization failure: each leaves nothing committed of the statement's transaction.
-DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
-# A session the server ended because it sat idle inside a transaction (DB_IDLE_IN_TRANSACTION_SECONDS:
-# a database frozen for a while, then resumed, ends such sessions first thing): PostgreSQL files
-# it under "invalid transaction state", which Django raises as an InternalError. Its transaction
-# is rolled back like any other lost connection's.
-SESSION_ENDED: tuple[type[Exception], ...] = (IdleInTransactionSessionTimeout,)
 FIRST_DELAY = 0.1
 MAX_DELAY = 5.0
 
 
 class DatabaseUnavailable(Exception):
     """The database stayed unreachable for as long as the worker tries (OZ0_DATABASE_RETRY_SECONDS)."""
-
-
-def is_database_error(error: BaseException) -> bool:
-    return isinstance(error, (*DATABASE_ERRORS, *SESSION_ENDED)) or isinstance(error.__cause__, SESSION_ENDED)
 
 
 def replace_connection() -> None:

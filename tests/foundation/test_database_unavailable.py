@@ -22,6 +22,18 @@ def end_this_session() -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
+def api_read_when_the_token_lookup_raises(error: Exception, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A viewer's read of the JSON API whose first query, the token's lookup, raises `error`."""
+    team = Team()
+
+    def raising(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr("oz0site.auth.token_user", raising)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {team.tokens['viewer']}", raise_request_exception=False)
+    return client.get(f"/api/v1/workspaces/{team.slug}/runs")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_api_request_whose_database_session_is_gone_answers_a_typed_503_and_the_next_is_served(
     settings: Any,
@@ -60,14 +72,9 @@ def test_a_console_page_whose_database_session_is_gone_answers_503_and_names_it(
 def test_any_other_database_error_stays_a_server_error(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A broken constraint is oz0's own fault, not an outage: no Retry-After invites it again."""
     settings.DEBUG = False
-    team = Team()
-
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        raise IntegrityError("duplicate key value violates unique constraint")
-
-    monkeypatch.setattr("oz0site.auth.token_user", broken)
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {team.tokens['viewer']}", raise_request_exception=False)
-    response = client.get(f"/api/v1/workspaces/{team.slug}/runs")
+    response = api_read_when_the_token_lookup_raises(
+        IntegrityError("duplicate key value violates unique constraint"), monkeypatch
+    )
     assert response.status_code == 500
     assert "Retry-After" not in response
     assert b"database_unavailable" not in response.content
@@ -78,13 +85,6 @@ def test_a_connection_already_closed_is_unavailable_too(settings: Any, monkeypat
     """Django raises InterfaceError, which is not a DatabaseError, for a connection closed under it.
     The API's own handler answers it, with DEBUG on too (where ninja would answer a traceback)."""
     settings.DEBUG = True
-    team = Team()
-
-    def closed(*args: Any, **kwargs: Any) -> Any:
-        raise InterfaceError("connection already closed")
-
-    monkeypatch.setattr("oz0site.auth.token_user", closed)
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {team.tokens['viewer']}", raise_request_exception=False)
-    response = client.get(f"/api/v1/workspaces/{team.slug}/runs")
+    response = api_read_when_the_token_lookup_raises(InterfaceError("connection already closed"), monkeypatch)
     assert response.status_code == 503 and response["Retry-After"] == "5"
     assert response.json()["error"]["key"] == "database_unavailable"

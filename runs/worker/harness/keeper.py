@@ -42,10 +42,11 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from oz0site import tracing
+from oz0site.errors import is_database_error
 from runs import kernel
 from runs.worker.harness.base import HarnessSession, settled_status
 from runs.worker.harness.channel import Channel
-from runs.worker.reporting import is_database_error, replace_connection
+from runs.worker.reporting import replace_connection
 
 log = logging.getLogger(__name__)
 

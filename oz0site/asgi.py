@@ -2,7 +2,11 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+from oz0site.heap import freeze_startup_heap, pause_collection_for_startup
+
+pause_collection_for_startup()  # until the application is built and its heap frozen (oz0site/heap.py)
+
+from django.core.asgi import get_asgi_application  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "oz0site.settings")
 django_asgi_app = get_asgi_application()
@@ -10,7 +14,6 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from oz0site import tracing  # noqa: E402
-from oz0site.heap import freeze_startup_heap  # noqa: E402
 from oz0site.routing import websocket_urlpatterns  # noqa: E402
 from oz0site.sockets import SameOriginValidator, session_auth  # noqa: E402
 

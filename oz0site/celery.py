@@ -4,8 +4,9 @@ from typing import Any
 from celery import Celery, signals
 from django.db import close_old_connections
 
-from oz0site.heap import freeze_startup_heap
+from oz0site.heap import freeze_startup_heap, pause_collection_if_a_celery_worker_or_beat
 
+pause_collection_if_a_celery_worker_or_beat()  # until its start signal freezes the heap (oz0site/heap.py)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "oz0site.settings")
 
 app = Celery("oz0")
@@ -65,6 +66,7 @@ def start_the_sweeper(sender: Any = None, **kwargs: Any) -> None:
 
     Sweeper().start()
     Pruner().start()
+    freeze_startup_heap()  # beat lives as long as a worker (oz0site/heap.py says why)
 
 
 @signals.worker_ready.connect

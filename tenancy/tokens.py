@@ -88,10 +88,14 @@ def tokens_of(user: Any) -> QuerySet[ApiToken]:
 
 
 def status_of(row: ApiToken, now: datetime | None = None) -> str:
-    now = now or timezone.now()
-    if row.revoked_at is not None:
+    return _standing(row.revoked_at, row.expires_at, now or timezone.now())
+
+
+def _standing(revoked_at: datetime | None, expires_at: datetime | None, now: datetime) -> str:
+    """A token's standing: `live` authenticates; `live()` says the same of many rows in SQL."""
+    if revoked_at is not None:
         return "revoked"
-    if row.expires_at is not None and row.expires_at <= now:
+    if expires_at is not None and expires_at <= now:
         return "expired"
     return "live"
 
@@ -122,8 +126,7 @@ def token_user(token: str) -> Any:
     if found is None:
         return None
     token_id, revoked_at, expires_at, last_used_at, user = found
-    # The same rule as `live` and `status_of`, judged here on the one row the unique digest finds.
-    if revoked_at is not None or (expires_at is not None and expires_at <= now) or not user.is_active:
+    if _standing(revoked_at, expires_at, now) != "live" or not user.is_active:
         return None
     if last_used_at is None or now - last_used_at >= LAST_USED_GRAIN:
         ApiToken.objects.filter(pk=token_id).update(last_used_at=now)

@@ -55,21 +55,25 @@ def first_page_queries(client: Client, url: str) -> int:
     return len(queries)
 
 
+# The quick suite proves the count constant from 10 to 310 pending approvals; the whole suite
+# also at 10,010 (13 s of a worker, most of it inserting the rows), where the badge is capped.
 @pytest.mark.spec("S5")
-def test_it_renders_the_first_page_in_constant_queries(team: Team, django_assert_max_num_queries: Any) -> None:
+@pytest.mark.parametrize("added", [pytest.param(300, id="310"), pytest.param(10_000, id="10010", marks=pytest.mark.thorough)])
+def test_it_renders_the_first_page_in_constant_queries(team: Team, django_assert_max_num_queries: Any, added: int) -> None:
     client = Client()
     client.force_login(team.users["operator"])
     url = f"/w/{team.slug}/inbox/"
     pending_approvals(team, 10, runs=5)
     small = first_page_queries(client, url)
-    pending_approvals(team, 10_000)
+    pending_approvals(team, added)
     with django_assert_max_num_queries(small):
         started = time.perf_counter()
         response = client.get(url)
         elapsed = time.perf_counter() - started
     page = response.content.decode()
     assert page.count('class="card item ') == 25 and "Load more" in page
-    assert '<span class="count" data-count="approval">1000+</span>' in page
-    print(f"inbox first page with 10,010 pending approvals: {elapsed * 1000:.1f} ms, {small} queries")
+    badge = "1000+" if 10 + added > 1000 else str(10 + added)
+    assert f'<span class="count" data-count="approval">{badge}</span>' in page
+    print(f"inbox first page with {10 + added:,} pending approvals: {elapsed * 1000:.1f} ms, {small} queries")
     fragment_small = first_page_queries(client, url + "?kind=approval")
     assert fragment_small <= small

@@ -118,3 +118,37 @@ def test_a_token_stands_for_its_whole_person_and_a_deactivated_persons_for_nobod
     assert token_user(token + "x") is None and token_user("") is None
     get_user_model().objects.filter(pk=stored.pk).update(is_active=False)
     assert token_user(token) is None and not _works(token)
+
+
+def test_the_list_the_count_and_the_sign_in_agree_on_which_tokens_are_live_to_the_instant() -> None:
+    """One rule, said in SQL (`live`, the cap on live tokens) and in Python (`status_of`, the list;
+    `token_user`, every API request): revoked, expired at this very instant, or live."""
+    from django.contrib.auth import get_user_model
+
+    from tenancy import tokens
+
+    person = get_user_model().objects.create_user("tok-rule", password="x")
+    now = timezone.now()
+    made = {}
+    for name, expires_at, revoked_at in [
+        ("forever", None, None),
+        ("later", now + timedelta(microseconds=1), None),
+        ("this_instant", now, None),
+        ("before", now - timedelta(days=1), None),
+        ("revoked", now + timedelta(days=1), now - timedelta(seconds=1)),
+    ]:
+        token, row = tokens.issue(user=person, label=name)
+        ApiToken.objects.filter(pk=row.pk).update(expires_at=expires_at, revoked_at=revoked_at)
+        made[name] = (token, ApiToken.objects.get(pk=row.pk))
+    with time_machine.travel(now, tick=False):
+        in_sql = {row.label for row in tokens.live(ApiToken.objects.filter(user=person))}
+        by_status = {name: tokens.status_of(row) for name, (_, row) in made.items()}
+        signed_in = {name for name, (token, _) in made.items() if tokens.token_user(token) == person}
+    assert by_status == {
+        "forever": "live",
+        "later": "live",
+        "this_instant": "expired",
+        "before": "expired",
+        "revoked": "revoked",
+    }
+    assert in_sql == signed_in == {"forever", "later"}

@@ -1,6 +1,6 @@
-"""Issue 15's console rough edges in headless Chromium against daphne and a real worker: axe-core
-on every console page, the inbox by keyboard, a live refresh that keeps what a person loaded,
-and a refused POST told as a toast."""
+"""Issue 15's console rough edges in headless Chromium against daphne and a real worker: the inbox
+by keyboard, a live refresh that keeps what a person loaded, and a refused POST told as a toast.
+axe-core on every console page is test_time_and_access_browser.py's, with the browser it uses here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from runs.models import Run, Task
 from tenancy.models import Membership
 from tests.conftest import ROOT, Team, wait_for
 from tests.console.conftest import Browser, ConsoleServer
-from tests.console.test_browser import ROUND_WITH_ONE_CALL, expect, halted, no_csp_violations, waiting_for_approval
+from tests.console.test_browser import ROUND_WITH_ONE_CALL, expect, no_csp_violations, waiting_for_approval
 
 pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.usefixtures("committed")]
 
@@ -62,52 +62,6 @@ def question_run(team: Team) -> Run:
     run, _ = kernel.create_run(workspace=team.workspace, user=team.users["operator"], body=body)
     wait_for(lambda: Task.objects.filter(run=run, status="awaiting_input").exists(), message="the question asked")
     return run
-
-
-@pytest.mark.spec("S5")
-def test_axe_finds_nothing_serious_on_any_console_page(live_team: Team, chromium: Any, console_server: ConsoleServer) -> None:
-    from tests.console import states
-
-    states.agent("axe-bot", live_team.workspace)
-    waiting = waiting_for_approval(live_team)
-    held = halted(live_team, flaky=False, agent_name="axe-bot", detail="disk full")
-    question_run(live_team)
-    slug = live_team.slug
-    pages = {
-        "login": "/login/",
-        "home": "/",
-        "workspace": f"/w/{slug}/",
-        "inbox": f"/w/{slug}/inbox/",
-        "holds": f"/w/{slug}/holds/",
-        "runs": f"/w/{slug}/runs/",
-        "run waiting": f"/runs/{waiting.pk}/",
-        "run held": f"/runs/{held.pk}/",
-        "tokens": "/tokens/",
-        "scorecard": f"/w/{slug}/agents/axe-bot/",
-        "search": f"/w/{slug}/agents/axe-bot/?q=finding%3Atool_failed",
-    }
-    browser = AxeBrowser(chromium, console_server)
-    try:
-        found: dict[str, Any] = {}
-        browser.page.goto(f"{console_server.url}/login/")
-        found["login"] = browser.violations()
-        browser.sign_in(live_team.users["operator"].username)
-        for name, path in pages.items():
-            if name == "login":
-                continue
-            response = browser.page.goto(f"{console_server.url}{path}")
-            assert response is not None and response.status == 200, (name, response and response.status)
-            browser.page.wait_for_load_state("networkidle")
-            found[name] = browser.violations()
-        report = [
-            f"{name}: {v['impact']} {v['id']} ({v['help']}) at {node}"
-            for name, vs in found.items()
-            for v in vs
-            for node in v["nodes"]
-        ]
-        assert not report, "\n".join(report)
-    finally:
-        browser.close()
 
 
 def test_it_drives_the_inbox_by_keyboard(live_team: Team, browsers: Any) -> None:

@@ -629,6 +629,22 @@ def module_transaction(django_db_setup: Any, django_db_blocker: Any) -> Iterator
 
 
 @pytest.fixture
+def embedded_data() -> Iterator[Path]:
+    """An OZ0_DATA_DIR for `./oz0 up`'s embedded services, outside pytest's temporary folders.
+    Run as root, the embedded PostgreSQL runs as the user `pgserver`, who must traverse every
+    folder above its data: pgserver opens them to others when it starts, but every pytest process
+    (each lane, each xdist worker) that asks for its base temporary folder sets
+    /tmp/pytest-of-root back to 0700. A server started after that (a restart after a crash)
+    could not reach its own files: `PANIC: could not open file ".../global/pg_control":
+    Permission denied` (CI at 774f597, test_up_restarts)."""
+    base = Path(tempfile.mkdtemp(prefix="oz0-test-data-"))
+    try:
+        yield base / "oz0-data"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
 def live_team(live: LiveStack) -> Team:
     return Team()
 

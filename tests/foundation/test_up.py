@@ -94,9 +94,9 @@ async def websocket_receives_a_change(url: str, cookie: str, origin: str, trigge
 
 
 @pytest.mark.slow
-def test_it_comes_up_on_embedded_services_and_stops_cleanly(tmp_path: Path) -> None:
+def test_it_comes_up_on_embedded_services_and_stops_cleanly(embedded_data: Path) -> None:
     port = closed_port()
-    data = tmp_path / "oz0-data"
+    data = embedded_data
     env = clean_env(
         DATABASE_URL=None,
         REDIS_URL=None,

@@ -74,9 +74,9 @@ def run_completes(base: str, token: str) -> bool:
     return bool(wait_for(done, timeout=120, interval=0.3, message="the run to complete"))
 
 
-def test_it_restarts_what_dies_and_starts_again_at_once_after_a_stop(tmp_path: Path) -> None:
+def test_it_restarts_what_dies_and_starts_again_at_once_after_a_stop(embedded_data: Path) -> None:
     port = closed_port()
-    data = tmp_path / "oz0-data"
+    data = embedded_data
     env = clean_env(
         DATABASE_URL=None,
         REDIS_URL=None,

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -253,6 +254,30 @@ def run_checks(python: str, prefix: str, lock: threading.Lock, failed: list[str]
         spent.append(Spent("checks", time.monotonic() - started, cpu))
 
 
+def bytecode_cache_is_cold(environ: Mapping[str, str]) -> bool:
+    """Whether the test processes' bytecode cache (PYTHONPYCACHEPREFIX, `use_bytecode_cache`)
+    holds nothing of this tree yet: a fresh clone, or a cache deleted. Judged by the rewritten
+    tests/conftest.py that every pytest process imports."""
+    prefix = environ.get("PYTHONPYCACHEPREFIX")
+    if not prefix:
+        return False
+    return not any(Path(prefix, *ROOT.parts[1:], "tests").glob("conftest.*-pytest-*.pyc"))
+
+
+def compile_once(python: str) -> Spent:
+    """Compile, once, what the lanes' processes import, into the cold bytecode cache: a collection
+    of the whole suite imports Django, oz0, every test module (pytest rewrites their asserts) and
+    the libraries they use. Without it the lanes' first processes (four xdist workers, three
+    engine lanes) each compiled the same thousands of modules at once: a collection took 27 s of
+    CPU with the cache cold and 12 s warm. Its failures are the lanes' to report."""
+    say("compiling what the tests import, once: the bytecode cache is cold")
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [python, "-m", "pytest", "--collect-only", "-q"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return wait_spent(process, "compiling", started)[1]
+
+
 def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[list[int], list[str]]:
     """Run the lanes at once, and the static checks beside them when asked; with more than one
     of these, each line of output carries its lane's name, and at the end a line each says what
@@ -277,6 +302,13 @@ def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[
         spent.append(used)
 
     threads: list[threading.Thread] = []
+    if checks:
+        # The checks read sources, not bytecode: they start beside the compiling below.
+        checker = threading.Thread(target=run_checks, args=(python, f"[{'checks':<{width}}] ", lock, failed, spent), daemon=True)
+        checker.start()
+        threads.append(checker)
+    if bytecode_cache_is_cold(os.environ):
+        spent.append(compile_once(python))
     for lane in lanes:
         process = subprocess.Popen(
             [python, "-m", "pytest", *lane.args],
@@ -285,13 +317,9 @@ def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        threads.append(threading.Thread(target=follow, args=(lane, process), daemon=True))
-    if checks:
-        threads.append(
-            threading.Thread(target=run_checks, args=(python, f"[{'checks':<{width}}] ", lock, failed, spent), daemon=True)
-        )
-    for thread in threads:
-        thread.start()
+        follower = threading.Thread(target=follow, args=(lane, process), daemon=True)
+        follower.start()
+        threads.append(follower)
     for thread in threads:
         thread.join()
     for used in sorted(spent, key=lambda used: used.wall):

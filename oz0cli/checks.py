@@ -264,6 +264,13 @@ def bytecode_cache_is_cold(environ: Mapping[str, str]) -> bool:
     return not any(Path(prefix, *ROOT.parts[1:], "tests").glob("conftest.*-pytest-*.pyc"))
 
 
+def shares_compiling(lanes: list[Lane]) -> bool:
+    """Whether several pytest processes would compile the same modules: the whole suite's lanes,
+    or one lane over xdist workers (`--quick`). A person's own selection runs in one process,
+    which compiles only what it imports; a collection of everything first would cost it more."""
+    return len(lanes) > 1 or any("-n" in lane.args for lane in lanes)
+
+
 def compile_once(python: str) -> Spent:
     """Compile, once, what the lanes' processes import, into the cold bytecode cache: a collection
     of the whole suite imports Django, oz0, every test module (pytest rewrites their asserts) and
@@ -307,7 +314,7 @@ def run_lanes(python: str, lanes: list[Lane], *, checks: bool = False) -> tuple[
         checker = threading.Thread(target=run_checks, args=(python, f"[{'checks':<{width}}] ", lock, failed, spent), daemon=True)
         checker.start()
         threads.append(checker)
-    if bytecode_cache_is_cold(os.environ):
+    if shares_compiling(lanes) and bytecode_cache_is_cold(os.environ):
         spent.append(compile_once(python))
     for lane in lanes:
         process = subprocess.Popen(

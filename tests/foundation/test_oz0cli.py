@@ -241,6 +241,15 @@ def test_the_lanes_start_after_one_compiling_only_when_the_cache_is_cold(
     assert started == (["compiling", "lane", "lane"] if cold else ["lane", "lane"])
 
 
+def test_only_lanes_of_several_processes_compile_first() -> None:
+    environ = {"REDIS_URL": "redis://127.0.0.1:6379/0"}
+    assert checks.shares_compiling(plan_lanes([], quick=False, environ=environ))
+    assert checks.shares_compiling(plan_lanes([], quick=True, environ=environ))
+    # A person's own selection: one process, which compiles only what it imports.
+    assert not checks.shares_compiling(plan_lanes(["tests/runs/test_cancel.py"], quick=False, environ=environ))
+    assert not checks.shares_compiling(plan_lanes(["tests/runs", "-k", "cancel"], quick=True, environ=environ))
+
+
 def test_a_lanes_cpu_counts_the_processes_it_waited_for() -> None:
     """A lane's CPU is its own and its children's (xdist workers, stacks): a child that spins for
     0.6 s of CPU shows in its parent's figure."""

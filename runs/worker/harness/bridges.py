@@ -26,6 +26,8 @@ from runs.worker.harness.sandbox import SandboxUnavailable, confine
 
 HERE = Path(__file__).parent
 BRIDGES = {"pydantic_ai": HERE / "pydantic_ai_bridge.py", "openai_agents": HERE / "openai_agents_bridge.py"}
+# What every bridge imports from beside itself (standard library only), mounted with it.
+BRIDGE_LOADING = HERE / "bridge_loading.py"
 # The SDK would send its traces to OpenAI's servers; an oz0 job's trace is oz0's.
 BRIDGE_ENV = {"OPENAI_AGENTS_DISABLE_TRACING": "1"}
 CHECK_SECONDS = 60.0
@@ -52,11 +54,12 @@ def target_refusal(target: str) -> str | None:
 
 def bridge_command(kind: str, *args: str) -> tuple[list[str], dict[str, str], list[Path]]:
     """The bridge's argv, its environment and the folders it reads: its own file and the folders
-    agent modules are found in (the installed packages come with the interpreter)."""
+    agent modules are found in (the installed packages come with the interpreter), and the
+    loading the bridges share."""
     bridge = BRIDGES[kind]
     folders = [p for p in agent_path() if p.is_dir()]
     env = {**BRIDGE_ENV, "OZ0_AGENT_PATH": os.pathsep.join(str(p) for p in folders)}
-    return [sys.executable, str(bridge), *args], env, [bridge, *folders]
+    return [sys.executable, str(bridge), *args], env, [bridge, BRIDGE_LOADING, *folders]
 
 
 _checked: dict[tuple[str, str, tuple[Path, ...]], tuple[float, frozenset[str]]] = {}

@@ -24,8 +24,6 @@ of the round, its tokens billed however the job ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import importlib
 import json
 import os
@@ -33,12 +31,13 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-UNAVAILABLE_EXIT = 69
+# Before the cut below: the loading shared with the other bridge lives beside this file.
+from bridge_loading import load_agent  # noqa: E402
+
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (HERE, ROOT)]
 sys.path[:0] = [*filter(None, os.environ.get("OZ0_AGENT_PATH", "").split(os.pathsep))]
 # The protocol keeps stdout to itself: it goes on a descriptor of its own, and whatever the agent's
@@ -155,36 +154,13 @@ def oz0_tools(start: dict[str, Any]) -> list[Any]:
     return [*(registry_tool(schema) for schema in start.get("tools", [])), *fail, oz_ask]
 
 
-@contextlib.contextmanager
-def collector_paused_while_loading() -> Iterator[None]:
-    """The framework and the agent's module build thousands of objects (a model class each) that
-    live as long as this process: the collector pauses while they load, then freezes them out of
-    its later passes. A tenth of the load's CPU, which every session pays as its process starts."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.collect()
-        gc.freeze()
-        gc.enable()
-
-
 def load(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    try:
-        with collector_paused_while_loading():
-            from agents import Agent
-
-            value: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            value = getattr(value, part)
-    except Exception as error:  # whatever its module raised while it loaded
-        print(f"cannot load the OpenAI Agents SDK agent {target!r}: {type(error).__name__}: {error}", file=sys.stderr)
-        sys.exit(UNAVAILABLE_EXIT)
-    if not isinstance(value, Agent):
-        print(f"{target!r} is a {type(value).__name__}, not an agents.Agent", file=sys.stderr)
-        sys.exit(UNAVAILABLE_EXIT)
-    return value
+    return load_agent(
+        target,
+        framework="the OpenAI Agents SDK",
+        agent_class=lambda: importlib.import_module("agents").Agent,
+        expected="an agents.Agent",
+    )
 
 
 def prompt_of(start: dict[str, Any]) -> str:

@@ -22,8 +22,6 @@ question) and prints the module's agents. Each model request is reported to oz0 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import importlib
 import json
 import os
@@ -31,13 +29,14 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-UNAVAILABLE_EXIT = 69
+# Before the cut below: the loading shared with the other bridge lives beside this file.
+from bridge_loading import load_agent  # noqa: E402
+
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (HERE, ROOT)]
 sys.path[:0] = [*filter(None, os.environ.get("OZ0_AGENT_PATH", "").split(os.pathsep))]
 # The protocol keeps stdout to itself: it goes on a descriptor of its own, and whatever the agent's
@@ -131,36 +130,13 @@ def as_text(result: dict[str, Any]) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-@contextlib.contextmanager
-def collector_paused_while_loading() -> Iterator[None]:
-    """The framework and the agent's module build thousands of objects (a model class each) that
-    live as long as this process: the collector pauses while they load, then freezes them out of
-    its later passes. A tenth of the load's CPU, which every session pays as its process starts."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.collect()
-        gc.freeze()
-        gc.enable()
-
-
 def load(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    try:
-        with collector_paused_while_loading():
-            from pydantic_ai import Agent
-
-            value: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            value = getattr(value, part)
-    except Exception as error:  # whatever its module raised while it loaded
-        print(f"cannot load the Pydantic AI agent {target!r}: {type(error).__name__}: {error}", file=sys.stderr)
-        sys.exit(UNAVAILABLE_EXIT)
-    if not isinstance(value, Agent):
-        print(f"{target!r} is a {type(value).__name__}, not a pydantic_ai.Agent", file=sys.stderr)
-        sys.exit(UNAVAILABLE_EXIT)
-    return value
+    return load_agent(
+        target,
+        framework="the Pydantic AI",
+        agent_class=lambda: importlib.import_module("pydantic_ai").Agent,
+        expected="a pydantic_ai.Agent",
+    )
 
 
 def toolset(start: dict[str, Any]) -> Any:

@@ -16,6 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from oz0site import tracing  # noqa: E402
 from oz0site.routing import websocket_urlpatterns  # noqa: E402
 from oz0site.sockets import SameOriginValidator, session_auth  # noqa: E402
+from runs.worker import dispatch  # noqa: E402, F401  (the web process sends: loaded now, not at its first create)
 
 application = ProtocolTypeRouter(
     {

@@ -33,8 +33,11 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
+# Not "daphne": its app only puts daphne behind `manage.py runserver`, which oz0 does not use (the
+# web process is `daphne oz0site.asgi:application`), and importing it installs Twisted's reactor in
+# every process that sets Django up (each worker, beat, every management command): a quarter of
+# a second of CPU at each start, for a server only the web process runs.
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

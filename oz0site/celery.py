@@ -8,6 +8,11 @@ from oz0site.heap import freeze_startup_heap, pause_collection_if_a_celery_worke
 
 pause_collection_if_a_celery_worker_or_beat()  # until its start signal freezes the heap (oz0site/heap.py)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "oz0site.settings")
+# Celery's Django fixup runs every system check as a worker starts, which imports the whole
+# URLconf (the JSON API's schemas): 0.6 s of CPU at each start and restart. Every way oz0 starts
+# its workers has run them already: `./oz0 up` migrates first, and so does every deployment in
+# deploy/ (migrate runs the checks). An installer who wants them in each worker too sets it empty.
+os.environ.setdefault("CELERY_SKIP_CHECKS", "1")
 
 app = Celery("oz0")
 app.config_from_object("django.conf:settings", namespace="CELERY")

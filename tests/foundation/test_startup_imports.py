@@ -58,3 +58,22 @@ def test_the_kernel_s_sends_reach_the_worker_queues_through_dispatch(monkeypatch
     assert previous is send_to_the_workers, "RunsConfig.ready installs the sender that imports dispatch"
     send_to_the_workers([1], [[2, 3]], "run-id", [4], priority=7)
     assert sent == [([1], [[2, 3]], "run-id", [4], {"priority": 7})]
+
+
+WORKER_START = "import django; django.setup(); from oz0site.celery import app; app.loader.import_default_modules()"
+
+
+def test_a_worker_starts_with_its_tasks_and_without_the_web_s_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Celery's Django fixup ran every system check at each worker start, importing the whole
+    URLconf; `./oz0 up` and every deployment have run them (migrate) before a worker starts."""
+    monkeypatch.delenv("CELERY_SKIP_CHECKS", raising=False)
+    probe = f"{WORKER_START}\nimport sys\nprint('runs.tasks.execute_task' in app.tasks, 'oz0site.api' in sys.modules)"
+    assert _last_line(probe) == "True False"
+    monkeypatch.setenv("CELERY_SKIP_CHECKS", "")  # the installer asks for the checks in each worker
+    assert _last_line(probe) == "True True"
+
+
+def _last_line(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]

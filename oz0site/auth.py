@@ -30,7 +30,7 @@ from runs.models import Run
 from runs.schemas import refuse_declared_length, refuse_repeated_parameters
 from tenancy.models import Membership, Role, Workspace
 from tenancy.permissions import ROLE_RANK, remember_role
-from tenancy.tokens import token_user
+from tenancy.tokens import Beside, token_user_and
 
 # Where a route's workspace is named: its `ws` path parameter (a slug), its `run_id` (the run's
 # workspace), or nowhere but the caller must hold the role in some workspace (`any`).
@@ -52,13 +52,14 @@ class Route:
     # every route naming a workspace but a long wait, which holds no thread busy.
     shared: bool = True
 
-    def admit(self, request: HttpRequest, user: Any) -> None:
+    def admit(self, request: HttpRequest, user: Any, standing: tuple[Any, ...] | None = None) -> None:
+        """`standing`: the workspace and role `standing_beside` had read with the token, if it was."""
         request._oz0_body_max = self.body_max  # type: ignore[attr-defined]
         if self.rate is not None:
             ratelimit.admit(user.pk, self.rate)
         workspace_id = None
         if self.role is not None and self.where is not None:
-            workspace_id = self._require(request, user, self.role, self.where)
+            workspace_id = self._require(request, user, self.role, self.where, standing)
         refuse_declared_length(request)
         refuse_repeated_parameters(request)
         if workspace_id is not None:
@@ -69,7 +70,28 @@ class Route:
             if self.shared:
                 web_share.take(request, workspace_id)
 
-    def _require(self, request: HttpRequest, user: Any, needs: str, where: Where) -> int | None:
+    def standing_beside(self, request: HttpRequest) -> Beside | None:
+        """The standing this route asks of every caller, as a read joined to a bearer token's own
+        (`tenancy.tokens.token_user_and`): one statement where there were two, on the API's
+        hottest path. None where the route names no workspace, or names none that could exist."""
+        if self.role is None or self.where not in ("ws", "run_id"):
+            return None
+        named = _named(self.where, _path_value(request, self.where))
+        if named is None:
+            return None
+        table, column, workspace_column, ident = named
+        return Beside(
+            columns=f"named.{workspace_column}, member.role",
+            joins=f"LEFT JOIN {table} AS named ON named.{column} = %s "
+            f"LEFT JOIN {Membership._meta.db_table} AS member "
+            f"ON member.workspace_id = named.{workspace_column} AND member.user_id = token.user_id",
+            params=[ident],
+            empty=(None, None),
+        )
+
+    def _require(
+        self, request: HttpRequest, user: Any, needs: str, where: Where, standing: tuple[Any, ...] | None = None
+    ) -> int | None:
         """The caller's standing in the workspace the route names (its id), or a refusal."""
         needed = ROLE_RANK[Role(needs)]
         if where == "any":
@@ -79,9 +101,13 @@ class Route:
                     raise NotFound(self.missing)
                 raise Forbidden(f"this needs the {needs} role in a workspace")
             return None
-        kwargs = request.resolver_match.kwargs if request.resolver_match is not None else {}
         what = "workspace" if where == "ws" else "run"
-        workspace_id, role = _standing(user, where, kwargs.get(where))
+        if standing is not None:
+            workspace_id, role = standing
+            if workspace_id is not None:
+                remember_role(user, workspace_id, role)
+        else:
+            workspace_id, role = _standing(user, where, _path_value(request, where))
         if role is None:
             raise NotFound(what)
         if ROLE_RANK[Role(role)] < needed:
@@ -89,22 +115,35 @@ class Route:
         return workspace_id
 
 
+def _path_value(request: HttpRequest, where: Where) -> Any:
+    kwargs = request.resolver_match.kwargs if request.resolver_match is not None else {}
+    return kwargs.get(where)
+
+
+def _named(where: Where, value: Any) -> tuple[str, str, str, Any] | None:
+    """Where the workspace a path names is read: (table, the column the path's value matches, the
+    workspace's id column, the value as the column takes it); None for a value that names nothing."""
+    if value is None:
+        return None
+    if where == "ws":
+        return Workspace._meta.db_table, "slug", "id", str(value)[:64]
+    try:
+        ident = uuid.UUID(str(value))
+    except ValueError:  # not a run id: no such run
+        return None
+    return Run._meta.db_table, "id", "workspace_id", ident
+
+
 def _standing(user: Any, where: Where, value: Any) -> tuple[int | None, str | None]:
     """The workspace the path names (by slug, or as a run's) and the caller's role in it, read in
     one statement (every request naming a workspace asks both, and this is the API's hottest read:
     written out, it costs a fraction of the ORM's compiling of a subquery). The role is remembered
-    for the request (`tenancy.permissions.remember_role`), as `role_of` would have."""
-    if value is None:
+    for the request (`tenancy.permissions.remember_role`), as `role_of` would have. A bearer
+    token's request reads it with its token instead (`Route.standing_beside`)."""
+    named = _named(where, value)
+    if named is None:
         return None, None
-    ident: Any
-    if where == "ws":
-        table, column, workspace_column, ident = Workspace._meta.db_table, "slug", "id", str(value)[:64]
-    else:
-        try:
-            ident = uuid.UUID(str(value))
-        except ValueError:  # not a run id: no such run
-            return None, None
-        table, column, workspace_column = Run._meta.db_table, "id", "workspace_id"
+    table, column, workspace_column, ident = named
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT named.{workspace_column}, member.role FROM {table} AS named "
@@ -127,10 +166,11 @@ class BearerAuth(HttpBearer):
         self.route = route or Route()
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        user = token_user(token)
+        beside = self.route.standing_beside(request)
+        user, standing = token_user_and(token, beside)
         if user is not None:
             request.user = user
-            self.route.admit(request, user)
+            self.route.admit(request, user, standing if beside is not None else None)
         return user
 
 

@@ -29,7 +29,7 @@ def api_read_when_the_token_lookup_raises(error: Exception, monkeypatch: pytest.
     def raising(*args: Any, **kwargs: Any) -> Any:
         raise error
 
-    monkeypatch.setattr("oz0site.auth.token_user", raising)
+    monkeypatch.setattr("oz0site.auth.token_user_and", raising)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {team.tokens['viewer']}", raise_request_exception=False)
     return client.get(f"/api/v1/workspaces/{team.slug}/runs")
 

@@ -13,7 +13,7 @@ import pytest
 from django.test import Client, override_settings
 
 from runs.models import Run
-from tenancy.models import Membership, Workspace
+from tenancy.models import ApiToken, Membership, Workspace
 from tests.conftest import Api, Team
 from tests.factories import make_member, make_token, make_workspace
 
@@ -97,22 +97,32 @@ RANK = {"viewer": 1, "reader": 2, "operator": 3}
 def test_standing_is_one_read_of_the_workspace_named_and_the_callers_role_in_it(team: Team) -> None:
     """The workspace a path names (by slug or as a run's) and the caller's role in it are read in
     one statement, the API's most frequent: a member's request asks the membership once, with the
-    workspace. Whoever holds no role in that workspace is a 404 (an operator of another workspace
-    too: the role is this workspace's, never any), and so is an id that names nothing."""
+    workspace, and a bearer token's request in the token's own statement. Whoever holds no role in
+    that workspace is a 404 (an operator of another workspace too: the role is this workspace's,
+    never any), and so is an id that names nothing."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     run_id = _run(team)
     slug = team.workspace.slug
+    signed_in = Client()
+    signed_in.force_login(team.users["viewer"])
     for path in (f"/runs/{run_id}", f"/workspaces/{slug}/runs"):
-        team.api("viewer").get(path)  # the token's row, read once before counting
+        named = Run if path.startswith("/runs/") else Workspace
+        team.api("viewer").get(path)  # the token's last use, stamped once before counting
         with CaptureQueriesContext(connection) as captured:
             status, _ = team.api("viewer").get(path)
         assert status == 200, path
         asked = [query["sql"] for query in captured.captured_queries if Membership._meta.db_table in query["sql"]]
         assert len(asked) == 1, (path, asked)
-        named = Run if path.startswith("/runs/") else Workspace
-        assert f"FROM {named._meta.db_table} " in asked[0], asked
+        assert f"{named._meta.db_table} AS named" in asked[0], asked
+        with_token = [query["sql"] for query in captured.captured_queries if ApiToken._meta.db_table in query["sql"]]
+        assert with_token == asked, "a bearer's token, the workspace named and the role: one statement"
+        # The console's session: the same one read of the standing, after the session's own.
+        with CaptureQueriesContext(connection) as captured:
+            assert signed_in.get(f"/api/v1{path}").status_code == 200, path
+        asked = [query["sql"] for query in captured.captured_queries if Membership._meta.db_table in query["sql"]]
+        assert len(asked) == 1 and f"FROM {named._meta.db_table} AS named" in asked[0], (path, asked)
 
     elsewhere = Api(make_token(user=make_member(workspace=make_workspace(), role="operator")))
     for method, path, body in (

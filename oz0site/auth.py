@@ -82,11 +82,8 @@ class Route:
         table, column, workspace_column, ident = named
         return Beside(
             columns=f"named.{workspace_column}, member.role",
-            joins=f"LEFT JOIN {table} AS named ON named.{column} = %s "
-            f"LEFT JOIN {Membership._meta.db_table} AS member "
-            f"ON member.workspace_id = named.{workspace_column} AND member.user_id = token.user_id",
+            joins=f"LEFT JOIN {table} AS named ON named.{column} = %s {_member_join(workspace_column, 'token.user_id')}",
             params=[ident],
-            empty=(None, None),
         )
 
     def _require(
@@ -134,6 +131,15 @@ def _named(where: Where, value: Any) -> tuple[str, str, str, Any] | None:
     return Run._meta.db_table, "id", "workspace_id", ident
 
 
+def _member_join(workspace_column: str, user: str) -> str:
+    """The caller's membership of the workspace `named` is (or belongs to): `user` is the SQL
+    that gives the caller's id."""
+    return (
+        f"LEFT JOIN {Membership._meta.db_table} AS member "
+        f"ON member.workspace_id = named.{workspace_column} AND member.user_id = {user}"
+    )
+
+
 def _standing(user: Any, where: Where, value: Any) -> tuple[int | None, str | None]:
     """The workspace the path names (by slug, or as a run's) and the caller's role in it, read in
     one statement (every request naming a workspace asks both, and this is the API's hottest read:
@@ -147,9 +153,7 @@ def _standing(user: Any, where: Where, value: Any) -> tuple[int | None, str | No
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT named.{workspace_column}, member.role FROM {table} AS named "
-            f"LEFT JOIN {Membership._meta.db_table} AS member "
-            f"ON member.workspace_id = named.{workspace_column} AND member.user_id = %s "
-            f"WHERE named.{column} = %s",
+            f"{_member_join(workspace_column, '%s')} WHERE named.{column} = %s",
             [user.pk, ident],
         )
         row = cursor.fetchone()
@@ -170,7 +174,7 @@ class BearerAuth(HttpBearer):
         user, standing = token_user_and(token, beside)
         if user is not None:
             request.user = user
-            self.route.admit(request, user, standing if beside is not None else None)
+            self.route.admit(request, user, standing or None)
         return user
 
 

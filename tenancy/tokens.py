@@ -128,25 +128,23 @@ def token_user(token: str) -> Any:
 @dataclass(frozen=True)
 class Beside:
     """What else a caller reads in the token's own statement (one round trip, not two): `columns`
-    to select, `joins` onto the token's row (`token`: its user is `token.user_id`) with their
-    `params`, and `empty`, the values when the token stands for nobody."""
+    to select, and `joins` onto the token's row (`token`: its user is `token.user_id`) with their
+    `params`."""
 
     columns: str
     joins: str
     params: list[Any]
-    empty: tuple[Any, ...]
 
 
 def token_user_and(token: str, beside: Beside | None = None) -> tuple[Any, tuple[Any, ...]]:
-    """`token_user`'s user, and the values `beside` asked for (its `empty` when there is no user)."""
-    empty = beside.empty if beside is not None else ()
+    """`token_user`'s user, and the values `beside` asked for (none without `beside` or a user)."""
     now = timezone.now()
     found = _token_and_user(token_digest(token), beside)
     if found is None:
-        return None, empty
+        return None, ()
     token_id, revoked_at, expires_at, last_used_at, user, besides = found
     if _standing(revoked_at, expires_at, now) != "live" or not user.is_active:
-        return None, empty
+        return None, ()
     if last_used_at is None or now - last_used_at >= LAST_USED_GRAIN:
         ApiToken.objects.filter(pk=token_id).update(last_used_at=now)
     return user, besides

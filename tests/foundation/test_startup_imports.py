@@ -23,16 +23,7 @@ NOT_AT_SETUP = ("daphne", "twisted.internet.reactor", "runs.worker.dispatch", "r
 def _loaded_after(code: str) -> list[str]:
     """Which of NOT_AT_SETUP a fresh interpreter holds after `code`."""
     probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {NOT_AT_SETUP!r} if m in sys.modules]))\n"
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "oz0site.settings"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return json.loads(_last_line(probe))  # type: ignore[no-any-return]
 
 
 def test_setting_django_up_imports_no_web_server_and_no_worker() -> None:
@@ -74,6 +65,8 @@ def test_a_worker_starts_with_its_tasks_and_without_the_web_s_urls(monkeypatch: 
 
 
 def _last_line(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ}, capture_output=True, text=True, timeout=120)
+    """The last line a fresh interpreter prints after running `code` in the project's settings."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "oz0site.settings"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]

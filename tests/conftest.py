@@ -30,6 +30,8 @@ from oz0cli.checks import ENGINE_MARKERS
 from oz0site.heap import freeze_startup_heap
 from tests.factories import make_member, make_token, make_workspace
 
+pytest_plugins = ["tests.browser"]  # the browser tests' fixtures, one definition for every folder
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -239,7 +241,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.set_threshold(TEST_YOUNG_GENERATION_THRESHOLD, 10, 10)
 
 
+def browsers_last(items: list[pytest.Item]) -> None:
+    """The tests that use a browser after every other test, in their order: the session's one
+    browser (tests/browser.py, `chromium`) leaves an event loop marked running in this thread,
+    which `async_to_sync` refuses."""
+    items.sort(key=lambda item: "chromium" in getattr(item, "fixturenames", ()))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    browsers_last(items)
     for item in items:
         if str(item.path.relative_to(ROOT)) in THOROUGH_MODULES:
             assert item.get_closest_marker("thorough"), f"{item.nodeid}: its module is listed as thorough only"

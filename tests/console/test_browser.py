@@ -81,7 +81,8 @@ def test_it_lets_an_operator_approve_and_watch_the_run_finish_live(live_team: Te
     operator = browsers()
     operator.open("/login/", live=False)
     operator.shot("login")
-    operator.sign_in(live_team.users["operator"].username)
+    operator.sign_in_through_the_form(live_team.users["operator"].username)
+    assert operator.page.url.endswith(f"/w/{live_team.slug}/inbox/"), operator.page.url  # one workspace: its inbox
     inbox = operator.open(f"/w/{live_team.slug}/inbox/")
     expect(inbox.locator('article[data-task="r1.1"]')).to_be_visible()
     expect(inbox.locator('article[data-task="r1.1"] pre.args')).to_contain_text("ship the <b>release</b>")

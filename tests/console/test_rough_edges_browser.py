@@ -11,8 +11,8 @@ import pytest
 from runs import kernel
 from runs.models import Run, Task
 from tenancy.models import Membership
+from tests.browser import Browser, ConsoleServer
 from tests.conftest import ROOT, Team, wait_for
-from tests.console.conftest import Browser, ConsoleServer
 from tests.console.test_browser import ROUND_WITH_ONE_CALL, expect, no_csp_violations, waiting_for_approval
 
 pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.usefixtures("committed")]

@@ -14,8 +14,8 @@ from console.models import PersonSettings
 from insights.models import FailureGroup
 from runs import kernel
 from runs.models import Run
+from tests.browser import Browser, ConsoleServer
 from tests.conftest import Team, wait_for
-from tests.console.conftest import Browser, ConsoleServer
 from tests.console.test_browser import expect, halted, waiting_for_approval
 from tests.console.test_rough_edges_browser import AxeBrowser, question_run
 from tests.delegation.tree import agent as register_agent

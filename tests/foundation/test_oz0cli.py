@@ -594,3 +594,22 @@ def test_the_engine_lanes_skip_modules_that_name_no_engine_marker(tmp_path: Path
     unmarked = tmp_path / "test_unmarked.py"
     unmarked.write_text("import pytest\n# a lively test, slowly\n@pytest.mark.spec('S1')\ndef test_x(): pass\n")
     assert names_an_engine_marker(marked) and not names_an_engine_marker(unmarked)
+
+
+def test_the_tests_that_use_the_sessions_one_browser_run_after_every_other_in_their_order() -> None:
+    """The browser leaves an event loop marked running in its thread, which `async_to_sync`
+    refuses: a test after it that calls async code from sync would fail (tests/browser.py)."""
+    from types import SimpleNamespace
+
+    from tests.conftest import browsers_last
+
+    items: list[Any] = [
+        SimpleNamespace(name="page a", fixturenames=["browsers", "chromium", "console_server"]),
+        SimpleNamespace(name="plain 1", fixturenames=["db"]),
+        SimpleNamespace(name="sso", fixturenames=["chromium", "sso_site"]),
+        SimpleNamespace(name="plain 2", fixturenames=["live"]),
+        SimpleNamespace(name="page b", fixturenames=["browsers", "chromium"]),
+        SimpleNamespace(name="plain 3"),
+    ]
+    browsers_last(items)
+    assert [item.name for item in items] == ["plain 1", "plain 2", "plain 3", "page a", "sso", "page b"]

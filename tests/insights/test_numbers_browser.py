@@ -12,7 +12,6 @@ import pytest
 from insights import numbers
 from insights.models import DurationDaily, DurationWeekly, FailureDaily, RunDaily, UsageDaily
 from tests.conftest import Team
-from tests.console.conftest import browsers, chromium, console_server  # noqa: F401 - the console's browser fixtures
 from tests.insights.planting import make_agent
 
 # Committed data (no rollback, no flush), so daphne sees every row: each test makes its own workspace.
@@ -50,7 +49,7 @@ def plant(team: Team, name: str, *, failed: int, runs: int, days_ago: int = 0) -
 
 
 @pytest.mark.spec("F18")
-def test_a_manager_ranks_agents_picks_a_range_and_reads_the_bars(live_team: Team, browsers: Any) -> None:  # noqa: F811
+def test_a_manager_ranks_agents_picks_a_range_and_reads_the_bars(live_team: Team, browsers: Any) -> None:
     tag = uuid.uuid4().hex[:6]
     steady, unlucky = f"steady-{tag}", f"unlucky-{tag}"
     plant(live_team, steady, failed=100, runs=1000)  # 10 % of a thousand

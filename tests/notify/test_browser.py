@@ -8,14 +8,13 @@ import pytest
 
 from notify.models import Subscription
 from tests.conftest import Team
-from tests.console.conftest import browsers, chromium, console_server  # noqa: F401 - the console's browser fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.usefixtures("committed")]
 
 HOOK = "https://hooks.example.com/services/T0/B0/browser-secret-path"
 
 
-def test_a_reader_subscribes_sees_the_secret_once_and_deletes(live_team: Team, browsers: Any) -> None:  # noqa: F811
+def test_a_reader_subscribes_sees_the_secret_once_and_deletes(live_team: Team, browsers: Any) -> None:
     reader = browsers()
     reader.sign_in(live_team.users["reader"].username)
     page = reader.open(f"/w/{live_team.slug}/inbox/")

@@ -12,13 +12,8 @@ import pytest
 from playwright.sync_api import expect
 
 from tenancy.models import Membership, SsoIdentity
+from tests.browser import SCREENSHOTS, ConsoleServer, daphne
 from tests.conftest import LiveStack
-from tests.console.conftest import (
-    SCREENSHOTS,
-    ConsoleServer,
-    chromium,  # noqa: F401 - the module's browser (a fixture)
-    daphne,
-)
 from tests.factories import make_workspace
 from tests.tenancy.sso_provider import PASSWORD, Provider, free_port, start_provider
 
@@ -57,7 +52,7 @@ def sso_site(live_stack: LiveStack, django_db_blocker: Any) -> Iterator[tuple[Co
 
 def test_a_person_signs_in_through_the_provider_and_lands_where_they_were_going(
     sso_site: tuple[ConsoleServer, Provider, str],
-    chromium: Any,  # noqa: F811 - the fixture imported above
+    chromium: Any,
     django_db_blocker: Any,
 ) -> None:
     server, _, slug = sso_site

@@ -1,5 +1,8 @@
-"""The console served for real (daphne: HTTP and websockets) on the live stack's test
-database, and headless Debian Chromium driven by Playwright (no browser download)."""
+"""The browser tests' fixtures, a plugin of the whole suite (tests/conftest.py's `pytest_plugins`):
+the console served for real (daphne: HTTP and websockets) on the live stack's test database, and
+headless Debian Chromium driven by Playwright (no browser download). One definition for every
+folder's browser tests, so a session starts one console server and one browser, where each
+module that imported these fixtures started its own."""
 
 from __future__ import annotations
 
@@ -90,10 +93,13 @@ def console_server(live_stack: LiveStack) -> Iterator[ConsoleServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium() -> Iterator[Any]:
-    """Module-scoped on purpose: Playwright's sync API runs an event loop in this thread for as
-    long as it is open, which would break every later test that calls async code from sync."""
+    """One browser for the session, started by the first test that asks for it. Playwright's sync
+    API marks an event loop as running in this thread for as long as it is open, which breaks any
+    later test that calls async code from sync (`async_to_sync`): so the tests that use a browser
+    run after every other test of their session (tests/conftest.py, browsers_last). Each module
+    started its own before: the driver and the browser, about 1.2 s of CPU, 23 times a run."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
     # While the loop runs, the tests' own (sync) ORM calls must be allowed in this thread.
@@ -127,7 +133,22 @@ class Browser:
         self.page.on("console", lambda message: self.errors.append(message.text) if message.type == "error" else None)
         self.page.on("dialog", lambda dialog: dialog.accept())
 
-    def sign_in(self, username: str, password: str = "pw-for-tests-only") -> None:
+    def sign_in(self, username: str) -> None:
+        """Signed in as Django's test client signs in (`force_login`): a session the server keeps
+        for the person, its cookie in this browser. Through the form a person cost two page loads
+        before the test's first (the form, then the inbox it lands on, left when the network went
+        quiet); the form is walked in
+        test_browser.py's `test_it_lets_an_operator_approve_and_watch_the_run_finish_live`."""
+        from django.conf import settings
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        client = Client()
+        client.force_login(User.objects.get(username=username))
+        session = client.cookies[settings.SESSION_COOKIE_NAME].value
+        self.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": self.server.url}])
+
+    def sign_in_through_the_form(self, username: str, password: str = "pw-for-tests-only") -> None:
         self.page.goto(f"{self.server.url}/login/")
         self.page.fill("input[name=username]", username)
         self.page.fill("input[name=password]", password)

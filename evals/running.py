@@ -40,7 +40,7 @@ from evals.models import Eval, EvalResult, RegressionCase
 from oz0agents.lint import NAME_MAX, NAME_PATTERN
 from oz0agents.models import Agent, AgentVersion
 from runs import kernel
-from runs.kernel import Conflict, Forbidden, InvalidRequest, KernelError, NotFound
+from runs.kernel import Conflict, Forbidden, InvalidRequest, KernelError, NotFound, whole_number
 from runs.models import Finding, Run, RunStatus
 from tenancy.models import Workspace
 from tenancy.permissions import has_write_standing
@@ -62,9 +62,10 @@ def _body(body: Any) -> tuple[str, int]:
     agent, version = body.get("agent"), body.get("version")
     if not isinstance(agent, str) or len(agent) > NAME_MAX or not NAME_PATTERN.match(agent):
         raise InvalidRequest("invalid_agent", f"`agent` must be an agent's name (lowercase, digits, `_.-`, at most {NAME_MAX})")
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= VERSION_MAX:
+    number = whole_number(version)  # JSON has one number type: 2.0 is the version 2, as the document's `integer` says
+    if number is None or not 1 <= number <= VERSION_MAX:
         raise InvalidRequest("invalid_version", f"`version` must be a whole number from 1 to {VERSION_MAX}")
-    return agent, version
+    return agent, number
 
 
 def start(*, workspace: Workspace, user: Any, body: Any) -> Eval:

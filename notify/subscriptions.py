@@ -24,7 +24,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from notify.models import WAIT_KINDS, Subscription
-from runs.kernel import Conflict, InvalidRequest, NotFound
+from runs.kernel import Conflict, InvalidRequest, NotFound, whole_number
 from runs.selectors import workspace_for
 
 INTERVAL_MIN = 300
@@ -126,11 +126,12 @@ def _checked_kinds(value: Any) -> list[str]:
 def _checked_interval(value: Any) -> int:
     if value is None:
         return 900
-    if isinstance(value, bool) or not isinstance(value, int) or not INTERVAL_MIN <= value <= INTERVAL_MAX:
+    number = whole_number(value)
+    if number is None or not INTERVAL_MIN <= number <= INTERVAL_MAX:
         raise InvalidRequest(
             "invalid_interval", f"interval_seconds is a whole number from {INTERVAL_MIN} to {INTERVAL_MAX} (a week)"
         )
-    return value
+    return number
 
 
 def create(user: Any, body: Any) -> tuple[Subscription, str]:

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from oz0agents.models import Agent, AgentVersion, RolloutEvent
-from runs.kernel import Conflict, InvalidRequest, NotFound
+from runs.kernel import Conflict, InvalidRequest, NotFound, whole_number
 from tenancy.models import Workspace
 
 SYSTEM_ACTOR = "oz0"
@@ -29,9 +29,10 @@ def actor_name(user: Any) -> str:
 
 
 def checked_percent(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 99:
+    number = whole_number(value)
+    if number is None or not 1 <= number <= 99:
         raise InvalidRequest("invalid_field", "`canary` must be a whole percentage from 1 to 99")
-    return value
+    return number
 
 
 def event(

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs import kernel, selectors
-from runs.kernel import Conflict, InvalidRequest, NotFound
+from runs.kernel import Conflict, InvalidRequest, NotFound, whole_number
 from runs.settings_input import body_fields
 from schedules import timing
 from schedules.models import OVERLAPS, Firing, Schedule, ScheduleEvent
@@ -49,9 +49,10 @@ def _overlap(value: Any) -> str:
 
 
 def _catch_up(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CATCH_UP_MAX:
+    number = whole_number(value)
+    if number is None or not 1 <= number <= CATCH_UP_MAX:
         raise InvalidRequest("invalid_catch_up", f"catch_up is a whole number from 1 to {CATCH_UP_MAX}")
-    return value
+    return number
 
 
 def _paused(value: Any) -> bool:

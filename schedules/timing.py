@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter  # type: ignore[import-untyped]
 from django.conf import settings
 
-from runs.kernel import InvalidRequest
+from runs.kernel import InvalidRequest, whole_number
 
 CRON_ALIASES = frozenset({"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"})
 CRON_MAX = 200
@@ -53,9 +53,10 @@ def check_cron(expression: object, zone: zoneinfo.ZoneInfo) -> str:
 
 def check_interval(seconds: object) -> int:
     low = min_interval_seconds()
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or not low <= seconds <= INTERVAL_MAX_SECONDS:
+    number = whole_number(seconds)
+    if number is None or not low <= number <= INTERVAL_MAX_SECONDS:
         raise InvalidRequest("invalid_interval", f"interval_seconds is a whole number from {low} to {INTERVAL_MAX_SECONDS}")
-    return seconds
+    return number
 
 
 def next_after(*, cron: str, zone_name: str, interval_seconds: int | None, anchor_at: datetime, after: datetime) -> datetime:

@@ -164,9 +164,12 @@ def checked_seconds(name: str, value: Any) -> int | None:
     """A stage's seconds: null (the install's default), or 0 (off) to DEADLINE_MAX_SECONDS."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= DEADLINE_MAX_SECONDS:
+    # JSON has one number type: 60.0 is 60 seconds, as the document's `integer` says (tenancy is
+    # below the kernel, so runs.kernel.whole_number's rule is written here).
+    number = int(value) if isinstance(value, float) and value.is_integer() else value
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= DEADLINE_MAX_SECONDS:
         raise DeadlinesRefused(f"`{name}` is null (the install's default), 0 (off) or whole seconds up to {DEADLINE_MAX_SECONDS}")
-    return value
+    return number
 
 
 def set_deadlines(

@@ -87,6 +87,7 @@ from runs.kernel.leases import (
     sweep_expired_leases,
     sweep_unserved_calls,
 )
+from runs.kernel.numbers import whole_number
 from runs.kernel.output_schemas import free_text_paths
 from runs.kernel.priorities import WAITING_KEY as PRIORITY_WAITING_KEY
 from runs.kernel.priorities import message_priority, parse_priority
@@ -172,6 +173,7 @@ from runs.kernel.worker import (
 )
 
 __all__ = [
+    "whole_number",
     "ANSWER_BODY",
     "APPROVE_BODY",
     "AWAIT_OUTCOME_BODY",

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from oz0agents.models import AgentVersion
 from runs import failures
-from runs.kernel import InvalidRequest, nonreplayable_calls, repair_candidates_of
+from runs.kernel import InvalidRequest, nonreplayable_calls, repair_candidates_of, whole_number
 from runs.models import TASK_FAILED, Run, RunStatus, Task
 from runs.permissions import behind_a_wall, can_read_content
 from runs.selectors import task_error
@@ -288,12 +288,10 @@ def _whole(body: Mapping[str, Any], name: str, low: int, high: int) -> int | Non
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, float) and value.is_integer():
-        # JSON has one number type: 1.0 is the whole number 1, as the document's `integer` says.
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    number = whole_number(value)  # JSON has one number type: 1.0 is 1, as the document's `integer` says
+    if number is None or not low <= number <= high:
         raise InvalidRequest("invalid_filter", f"{name} must be a whole number from {low} to {high}")
-    return value
+    return number
 
 
 def _run_ids(body: Mapping[str, Any]) -> tuple[uuid.UUID, ...] | None:

@@ -173,7 +173,6 @@ from runs.kernel.worker import (
 )
 
 __all__ = [
-    "whole_number",
     "ANSWER_BODY",
     "APPROVE_BODY",
     "AWAIT_OUTCOME_BODY",
@@ -250,6 +249,7 @@ __all__ = [
     "deny",
     "evaluate_guard",
     "free_text_paths",
+    "whole_number",
     "guard_steps",
     "heartbeat",
     "held_call",

@@ -5,6 +5,7 @@ was in five more places."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,19 +18,19 @@ from tenancy.approvers import DeadlinesRefused, checked_seconds
 from tests.conftest import Team
 
 
-@pytest.mark.parametrize("refused", [2.5, True, "2", None, float("inf")])
+@pytest.mark.parametrize("refused", [2.5, True, "2", "", float("inf")])
 def test_each_whole_number_check_takes_a_whole_float_as_its_int_and_refuses_the_rest(refused: Any) -> None:
     low = min_interval_seconds()
     accepted = [
-        (lambda value: check_interval(value), float(low), low),
-        (lambda value: checked_percent(value), 10.0, 10),
-        (lambda value: checked_seconds("ask_seconds", value), 60.0, 60),
+        (check_interval, float(low), low),
+        (checked_percent, 10.0, 10),
+        (partial(checked_seconds, "ask_seconds"), 60.0, 60),
     ]
     for check, whole, expected in accepted:
         answer = check(whole)
         assert answer == expected and type(answer) is int, (whole, answer)
         with pytest.raises((InvalidRequest, DeadlinesRefused)):
-            check(refused if refused is not None else "")
+            check(refused)
 
 
 def test_an_eval_of_version_two_point_zero_is_version_two(team: Team, no_dispatch: list[int]) -> None:

@@ -40,8 +40,9 @@ window are folded (oz0site.realtime.fold_runs: the latest change naming every ru
 into one message at its end. A quiet workspace's first change in a while still goes at once.
 
 Why a workspace's push is told to the web share: the event loop's part of a push (the membership
-stamp, the frames) needs the interpreter that busy workspaces' requests hold; a push of a workspace
-with no request in flight here goes first as its quiet requests do (oz0site/web_share.py).
+stamp, the frames) needs the interpreter that busy workspaces' requests hold; a push of a quiet
+workspace (one whose requests kept little of this process lately) goes first as its requests do
+(oz0site/web_share.py).
 """
 
 from __future__ import annotations

@@ -393,9 +393,9 @@ OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = env.float("OZ0_WORKER_BUSY_MESSAGES_PER_SE
 # (0: no share); the rest wait their turn, up to the wait, then 503 `workspace_busy`.
 OZ0_WEB_SLOTS_PER_WORKSPACE = env.int("OZ0_WEB_SLOTS_PER_WORKSPACE", default=2)
 OZ0_WEB_SLOT_WAIT_SECONDS = env.float("OZ0_WEB_SLOT_WAIT_SECONDS", default=30.0)
-# While a request of a workspace with nothing else in flight runs, another workspace's second or
-# later request waits for it, and one already running pauses before its next query, each at most
-# this long over its life (oz0site/web_share.py, quiet first); 0: no priority.
+# While a request of a quiet workspace runs (one whose requests kept little of the web process
+# lately), a busy workspace's second or later request waits for it, and one already running pauses
+# before its next query, each at most this long over its life (oz0site/web_share.py); 0: no priority.
 OZ0_WEB_QUIET_FIRST_SECONDS = env.float("OZ0_WEB_QUIET_FIRST_SECONDS", default=0.25)
 # Each workspace's quotas (0: none), refused 429/403 `quota_exceeded` naming the quota: runs not
 # finished, tasks one run holds from people's creates and appends, bytes of its runs' stored inputs.

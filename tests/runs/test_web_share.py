@@ -1,10 +1,11 @@
 """Each workspace's share of a web process (oz0site/web_share.py, issue 27): a workspace's burst
 waits behind itself; another workspace's request runs at once; only members fill a workspace's
-queue; the share is given back whatever the request's ending; long waits take none; a workspace with
-nothing else in flight goes first, for a bounded time."""
+queue; the share is given back whatever the request's ending; long waits take none; a workspace whose
+requests kept little of the process lately goes first, for a bounded time."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -20,11 +21,18 @@ from tests.conftest import Team
 pytestmark = pytest.mark.usefixtures("no_dispatch")
 
 
+# The tests' workspaces are busy after a tenth of a second with a request in flight, not seconds.
+SHORT_MEMORY = 0.01
+
+
 @pytest.fixture(autouse=True)
-def no_share_left() -> Iterator[None]:
+def no_share_left(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(web_share, "OCCUPANCY_SECONDS", SHORT_MEMORY)
     yield
     assert web_share._shares == {}, "a request kept its workspace's share"
     assert web_share._quiet == {}, "a quiet request kept its mark"
+    assert all(each.in_flight == 0 for each in web_share._occupancy.values()), "a request is still counted in flight"
+    web_share._occupancy.clear()
 
 
 def _run(team: Team) -> str:
@@ -145,11 +153,28 @@ def test_no_share_when_the_setting_is_zero() -> None:
         web_share.give_back(request)
 
 
+def _closed_loop(workspace_id: int, seconds: float = 20 * SHORT_MEMORY) -> None:
+    """The workspace's requests one after another without pause, as a script's loop sends them."""
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        request = HttpRequest()
+        web_share.take(request, workspace_id)
+        time.sleep(SHORT_MEMORY / 5)
+        web_share.give_back(request)
+
+
 def _busy(workspace_id: int) -> HttpRequest:
-    """A request of a busy workspace: in flight, not its workspace's first (so no quiet one)."""
-    first, second = _held(workspace_id, 2)
+    """A request of a busy workspace: one of it was in flight all along, so this one is not quiet."""
+    first = _held(workspace_id, 1)[0]
+    time.sleep(20 * SHORT_MEMORY)
+    second = _held(workspace_id, 1)[0]
     web_share.give_back(first)
+    assert not _admitted_quiet(second)
     return second
+
+
+def _admitted_quiet(request: HttpRequest) -> bool:
+    return bool(getattr(request, web_share.SHARE_ATTRIBUTE)[1])
 
 
 def _take_in_thread(workspace_id: int) -> tuple[threading.Thread, HttpRequest, list[float]]:
@@ -163,6 +188,69 @@ def _take_in_thread(workspace_id: int) -> tuple[threading.Thread, HttpRequest, l
     thread = threading.Thread(target=ask)
     thread.start()
     return thread, request, admitted
+
+
+def test_a_workspace_is_busy_once_its_requests_kept_the_process_busy_and_quiet_again_after() -> None:
+    """The average number of a workspace's requests in flight, decaying: a closed loop of one
+    request at a time crosses the line after OCCUPANCY_SECONDS x ln(1 / (1 - QUIET_BELOW)); a
+    person's request of 0.1 s every second never does; a loop that stopped is quiet again."""
+    memory, line = 5.0, web_share.QUIET_BELOW
+    loop = web_share._Occupancy(in_flight=1, at=0.0)
+    crossing = memory * math.log(1 / (1 - line))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(web_share, "OCCUPANCY_SECONDS", memory)
+        assert loop.advance(crossing - 0.01) < line < loop.advance(crossing + 0.01)
+        assert loop.advance(60.0) == pytest.approx(1.0, abs=1e-4)
+        loop.in_flight = 0
+        assert loop.advance(60.0 + memory * math.log(1 / line) + 0.01) < line
+        person, highest = web_share._Occupancy(at=0.0), 0.0
+        for second in range(600):
+            person.advance(float(second))
+            person.in_flight = 1
+            highest = max(highest, person.advance(second + 0.1))
+            person.in_flight = 0
+        assert 0.05 < highest < line
+
+
+def test_a_workspace_idle_long_enough_is_forgotten() -> None:
+    """What the process keeps per workspace does not grow with every workspace it ever served."""
+    _closed_loop(42)
+    _closed_loop(43, seconds=SHORT_MEMORY)
+    assert {42, 43} <= set(web_share._occupancy)
+    time.sleep(60 * SHORT_MEMORY)  # 42's average decays below FORGOTTEN_BELOW
+    web_share.give_back(_held(44, 1)[0])
+    assert 42 not in web_share._occupancy and 43 not in web_share._occupancy
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=10)
+def test_a_closed_loop_of_one_request_at_a_time_is_busy_and_a_quiet_workspaces_two_requests_are_quiet() -> None:
+    """Before: a request was quiet when nothing else of its workspace was in flight. A script
+    sending one request the moment the last was answered had every request quiet, and a person's
+    two requests at once (a page and its fragment) had the second held back for the script's."""
+    _closed_loop(40)
+    web_share.push_is_quiet(40)  # nothing of it in flight now, but its loop kept the process busy
+    assert 40 not in web_share._quiet_pushes
+    web_share.push_is_quiet(41)
+    assert 41 in web_share._quiet_pushes
+    web_share._quiet_pushes.clear()
+    looped = _held(40, 1)
+    quiet = _held(41, 2)
+    try:
+        assert not _admitted_quiet(looped[0]), "a closed loop's request went first"
+        assert all(_admitted_quiet(request) for request in quiet)
+        # While the quiet workspace's requests run, the loop's next one in flight waits its turn.
+        thread, second, admitted = _take_in_thread(40)
+        time.sleep(0.2)
+        assert admitted == [] and web_share.in_use(40) == (1, 1)
+        for request in quiet:
+            web_share.give_back(request)
+        thread.join(5)
+        assert admitted and web_share.in_use(40) == (2, 0)
+        web_share.give_back(second)
+    finally:
+        for request in (*looped, *quiet):
+            web_share.give_back(request)
+        web_share._quiet_pushes.clear()
 
 
 @override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=10)
@@ -220,7 +308,8 @@ def test_a_busy_request_already_running_pauses_before_its_next_query_while_a_qui
     interpreter)."""
     from django.db import connection
 
-    first = _held(25, 1)  # the busy workspace has a request in flight: its next is not quiet
+    first = _held(25, 1)  # the busy workspace has had a request in flight all along: its next is not quiet
+    time.sleep(20 * SHORT_MEMORY)
     quiet_in_flight, queried = threading.Event(), threading.Event()
 
     def view(request: HttpRequest) -> HttpResponse:
@@ -256,7 +345,7 @@ def test_a_busy_request_already_running_pauses_before_its_next_query_while_a_qui
 def test_a_busy_request_pauses_for_quiet_ones_only_within_its_allowance() -> None:
     busy = _busy(27)
     quiet = _held(28, 1)  # never ends while the busy request runs: it must not be starved
-    quiet += _held(28, 1)  # a workspace's own second request is not quiet and pauses for no one of its own
+    quiet += _held(28, 1)  # a workspace's requests never pause for its own
     try:
         web_share.pause_for_quiet(busy)
         assert getattr(busy, web_share.PAUSE_ATTRIBUTE) == 0.0  # its whole allowance used
@@ -289,7 +378,8 @@ def test_a_quiet_workspaces_push_holds_busy_requests_for_its_moment_only() -> No
     thread.join(5)
     assert admitted, "a busy request waited past the push's moment"
     held = _held(35, 1)
-    web_share.push_is_quiet(35)  # a workspace whose requests are in flight: its push is not quiet
+    time.sleep(20 * SHORT_MEMORY)
+    web_share.push_is_quiet(35)  # a workspace whose requests kept the process busy: its push is not quiet
     assert 35 not in web_share._quiet_pushes
     for request in (busy, second, *held):
         web_share.give_back(request)

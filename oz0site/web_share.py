@@ -27,8 +27,8 @@ process on average lately (a decaying average with a time constant of OCCUPANCY_
 person's clicks, a program that polls now and then. Quiet once meant "nothing else of its
 workspace in flight", and a script sending one request the moment the last was answered had
 every request quiet, while a person whose page and its fragment came together had the second
-held back behind the script's (in one run of the bench, its quiet reads went from 17 to 42 ms
-at p95 beside such a loop of creates, and to 26 ms once quiet meant this). A closed loop keeps
+held back behind the script's (the bench's quiet reads went from 17 to 38 ms at p95 beside such
+a loop of creates, and from 16 to 26 ms once quiet meant this). A closed loop keeps
 about one request in flight all the time: it crosses the line within a few seconds and stays
 over it while it keeps going, where a person stays far below.
 

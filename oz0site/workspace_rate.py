@@ -24,8 +24,9 @@ Three buckets per workspace, each a rate and a burst:
   profile of the web process beside a busy workspace found its request threads waiting on
   PostgreSQL 41 % of the time):
   OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND, up to
-  OZ0_WORKSPACE_WEB_SECONDS_BURST saved up. Charged when the response is made
-  (`WorkspaceTimeMiddleware`), so the bucket can go below zero (at most a burst's worth); a
+  OZ0_WORKSPACE_WEB_SECONDS_BURST saved up. Measured when the response is made
+  (`WorkspaceTimeMiddleware`) and charged once it is on its way (oz0site/after_response.py: the
+  workspace's next request in the process waits for it), so the bucket can go below zero (at most a burst's worth); a
   request is admitted while it is above zero, or while its workspace used less than its share:
   below the average of the workspaces that used the server lately (each one's seconds, decaying
   with a time constant of `SHARE_SECONDS`). Beside a noisy workspace a quiet one's requests take
@@ -67,6 +68,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 
+from oz0site import after_response
 from oz0site.ratelimit import fail_open_client
 from runs.kernel import KernelError
 
@@ -237,6 +239,8 @@ def declared_length(request: HttpRequest) -> int:
 
 def admit(request: HttpRequest, workspace_id: int) -> None:
     """Charge one request and its declared body to the workspace; WorkspaceRateLimited when a bucket is empty."""
+    # The server time of its requests this process answered before, still on its way, is counted first.
+    after_response.settled(_charges_of(workspace_id))
     # The seconds are charged once the request has taken them: admitted while the balance is above zero.
     costs = {"requests": 1.0, "bytes": float(declared_length(request)), "seconds": 0.0}
     charged = []
@@ -363,31 +367,53 @@ def start_clock(request: HttpRequest, workspace_id: int) -> None:
 
 
 def charge_time(request: HttpRequest) -> None:
-    """Charge the request's server time to its workspace's seconds bucket (once; best effort)."""
+    """Charge the request's server time to its workspace's seconds bucket now (once; best effort)."""
+    measured = _measured_charge(request)
+    if measured is not None:
+        measured[1]()
+
+
+def charge_time_after_response(request: HttpRequest) -> None:
+    """Measure the request's server time now, on its own thread, and charge it once the response is
+    on its way (oz0site/after_response.py): the client does not wait for the round trip."""
+    measured = _measured_charge(request)
+    if measured is not None:
+        after_response.leave(_charges_of(measured[0]), measured[1])
+
+
+def _charges_of(workspace_id: int) -> tuple[str, int]:
+    return ("workspace seconds", workspace_id)
+
+
+def _measured_charge(request: HttpRequest) -> tuple[int, Callable[[], None]] | None:
+    """(The workspace, the Redis call that charges it) for the request's server time so far; None
+    when there is nothing to charge. Once: the request's clock is taken off."""
     clock = getattr(request, CLOCK_ATTRIBUTE, None)
     if not isinstance(clock, WorkspaceClock):
-        return
+        return None
     setattr(request, CLOCK_ATTRIBUTE, None)
     rate, burst = buckets()["seconds"]
     if rate <= 0 or clock.thread != threading.get_ident():
-        return  # a response finished on another thread than the view's: its clock is not comparable
+        return None  # a response finished on another thread than the view's: its clock is not comparable
     # A query's own CPU on this side is in both figures; it is small beside the wait for the answer.
     spent = (time.thread_time() - clock.cpu_at_start) + (_query_seconds(request) - clock.queried_at_start)
     if spent <= 0:
-        return
-    try:
-        _charge_script()(
-            keys=[_key("seconds", clock.workspace_id), usage_key()],
-            args=[rate, max(burst, rate), spent, time.time(), str(clock.workspace_id), SHARE_SECONDS],
-            client=_client(),
-        )
-    except redis.RedisError:
-        log.warning("workspace server time not counted: Redis is unreachable")
+        return None
+    keys = [_key("seconds", clock.workspace_id), usage_key()]
+    args = [rate, max(burst, rate), spent, time.time(), str(clock.workspace_id), SHARE_SECONDS]
+
+    def charge() -> None:
+        try:
+            _charge_script()(keys=keys, args=args, client=_client())
+        except redis.RedisError:
+            log.warning("workspace server time not counted: Redis is unreachable")
+
+    return clock.workspace_id, charge
 
 
 class WorkspaceTimeMiddleware:
-    """Times each request's queries while the seconds bucket is on, and charges a JSON API
-    request's server time to its workspace once its response is made."""
+    """Times each request's queries while the seconds bucket is on, and measures a JSON API
+    request's server time once its response is made, to be charged to its workspace after it."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -401,7 +427,7 @@ class WorkspaceTimeMiddleware:
             with connection.execute_wrapper(clock):
                 return self.get_response(request)
         finally:
-            charge_time(request)
+            charge_time_after_response(request)
 
 
 # ---- the workers' side: a busy workspace's messages go behind a quiet one's ----

@@ -344,6 +344,38 @@ def test_the_server_time_is_charged_under_asgi_too() -> None:
         _refused(async_to_sync(client.get)(f"/api/v1/runs/{run_id}", headers=bearer), "seconds")
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_requests_time_is_charged_after_its_response_and_its_workspaces_next_request_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The charge is a Redis round trip the client used to wait for on every request. It is now
+    measured on the request's thread and sent after the response; the workspace's next request
+    in the process is admitted only once it landed, so the bucket is as exact as before."""
+    team = Team()
+    run_id = _kernel_run(team)
+    real_script, release, charged = workspace_rate._charge_script(), threading.Event(), []
+
+    def held_charge(**kwargs: Any) -> Any:
+        release.wait(5)
+        charged.append(float(kwargs["args"][2]))
+        return real_script(**kwargs)
+
+    monkeypatch.setattr(workspace_rate, "_charge_script", lambda: held_charge)
+    viewer = team.api("viewer")
+    with override_settings(OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND=SLOW, OZ0_WORKSPACE_WEB_SECONDS_BURST=SLOW):
+        assert viewer.get(f"/runs/{run_id}")[0] == 200  # answered while its charge waits
+        assert charged == []
+        answers: list[Any] = []
+        next_request = threading.Thread(target=lambda: answers.append(viewer.client.get(f"/api/v1/runs/{run_id}")))
+        next_request.start()
+        next_request.join(0.3)
+        assert next_request.is_alive() and answers == [], "the next request was admitted before the last one's charge"
+        release.set()
+        next_request.join(10)
+        assert len(charged) >= 1 and charged[0] > 0
+        _refused(answers[0], "seconds")
+
+
 def test_a_busy_workspaces_calls_go_behind_a_quiet_ones(
     team: Team,
     monkeypatch: pytest.MonkeyPatch,

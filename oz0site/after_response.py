@@ -11,7 +11,9 @@ for that workspace's work still on the way (`settled`), so its bucket counts eve
 process answered it before, as when each response waited for its charge. A closed loop's next
 request finds its last charge sent or waits the moment left; a quiet workspace's rarely waits at
 all. The wait gives up after a second: a Redis that does not answer lets requests through, as
-the limits always do when Redis is unreachable.
+the limits always do when Redis is unreachable. Past MAX_LEFT pieces of work waiting (a Redis
+slower than the requests come), a request does its own before it answers: the queue never grows
+without bound, and what is left is never dropped.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 SETTLE_SECONDS = 1.0
+MAX_LEFT = 10_000
 
 
 class AfterResponse:
     """One thread doing each key's work in the order it was left; `settled` waits for a key's."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_left: int = MAX_LEFT) -> None:
+        self.max_left = max_left
         self._turn = threading.Condition()
         self._work: deque[tuple[object, Callable[[], None]]] = deque()
         self._pending: dict[object, int] = {}
@@ -38,12 +42,16 @@ class AfterResponse:
 
     def leave(self, key: object, work: Callable[[], None]) -> None:
         with self._turn:
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._do_all, name="oz0-after-response", daemon=True)
-                self._worker.start()
-            self._work.append((key, work))
-            self._pending[key] = self._pending.get(key, 0) + 1
-            self._turn.notify_all()
+            queued = len(self._work) < self.max_left
+            if queued:
+                if self._worker is None:
+                    self._worker = threading.Thread(target=self._do_all, name="oz0-after-response", daemon=True)
+                    self._worker.start()
+                self._work.append((key, work))
+                self._pending[key] = self._pending.get(key, 0) + 1
+                self._turn.notify_all()
+        if not queued:
+            work()  # on the caller's own thread, before its response: done, and the queue in bounds
 
     def settled(self, key: object, timeout: float = SETTLE_SECONDS) -> bool:
         """Whether the key's work left so far is done, waiting for it at most `timeout`."""

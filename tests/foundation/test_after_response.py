@@ -34,3 +34,15 @@ def test_a_failing_piece_of_work_stops_nothing_after_it() -> None:
     sender.leave("a", fails)
     sender.leave("a", lambda: done.append("after"))
     assert sender.settled("a", timeout=5) and done == ["after"]
+
+
+def test_past_its_bound_the_caller_does_its_own_work_and_nothing_is_dropped() -> None:
+    sender, release, done, taken = AfterResponse(max_left=2), threading.Event(), [], threading.Event()
+    sender.leave("a", lambda: (taken.set(), release.wait(5)))
+    assert taken.wait(5)  # the sender's thread holds it, blocked: nothing waits in the queue
+    sender.leave("a", lambda: done.append("queued 1"))
+    sender.leave("a", lambda: done.append("queued 2"))
+    sender.leave("a", lambda: done.append("inline"))  # two waiting: done at once, here
+    assert done == ["inline"]
+    release.set()
+    assert sender.settled("a", timeout=5) and done == ["inline", "queued 1", "queued 2"]

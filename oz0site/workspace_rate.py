@@ -26,10 +26,10 @@ Three buckets per workspace, each a rate and a burst:
   OZ0_WORKSPACE_WEB_SECONDS_PER_SECOND, up to
   OZ0_WORKSPACE_WEB_SECONDS_BURST saved up. Measured when the response is made
   (`WorkspaceTimeMiddleware`) and charged once it is on its way (oz0site/after_response.py: the
-  workspace's next request in the process waits for it), so the bucket can go below zero (at most a burst's worth); a
-  request is admitted while it is above zero, or while its workspace used less than its share:
-  below the average of the workspaces that used the server lately (each one's seconds, decaying
-  with a time constant of `SHARE_SECONDS`). Beside a noisy workspace a quiet one's requests take
+  workspace's next request in the process waits for it), so the bucket can go below zero (at
+  most a burst's worth); a request is admitted while it is above zero, or while its workspace
+  used less than its share: below the average of the workspaces that used the server lately
+  (each one's seconds, decaying with a time constant of `SHARE_SECONDS`). Beside a noisy workspace a quiet one's requests take
   longer, and it is not the quiet one that is refused for it; alone past its rate, a workspace is
   the average and is refused. Two heavy workspaces with nobody else about share the server.
   Requests differ a thousandfold in cost (a run read, a create of 1,000 tasks): this is the bound

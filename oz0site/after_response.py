@@ -13,7 +13,8 @@ request finds its last charge sent or waits the moment left; a quiet workspace's
 all. The wait gives up after a second: a Redis that does not answer lets requests through, as
 the limits always do when Redis is unreachable. Past MAX_LEFT pieces of work waiting (a Redis
 slower than the requests come), a request does its own before it answers: the queue never grows
-without bound, and what is left is never dropped.
+without bound, and no work is dropped for it (only a process that ends loses what it had left,
+as a process killed mid-request loses that request's charge).
 """
 
 from __future__ import annotations

@@ -367,38 +367,20 @@ def start_clock(request: HttpRequest, workspace_id: int) -> None:
 
 
 def charge_time(request: HttpRequest) -> None:
-    """Charge the request's server time to its workspace's seconds bucket now (once; best effort)."""
-    measured = _measured_charge(request)
-    if measured is not None:
-        measured[1]()
-
-
-def charge_time_after_response(request: HttpRequest) -> None:
-    """Measure the request's server time now, on its own thread, and charge it once the response is
-    on its way (oz0site/after_response.py): the client does not wait for the round trip."""
-    measured = _measured_charge(request)
-    if measured is not None:
-        after_response.leave(_charges_of(measured[0]), measured[1])
-
-
-def _charges_of(workspace_id: int) -> tuple[str, int]:
-    return ("workspace seconds", workspace_id)
-
-
-def _measured_charge(request: HttpRequest) -> tuple[int, Callable[[], None]] | None:
-    """(The workspace, the Redis call that charges it) for the request's server time so far; None
-    when there is nothing to charge. Once: the request's clock is taken off."""
+    """Measure the request's server time now, on its own thread (once; best effort), and charge it
+    to its workspace's seconds bucket once the response is on its way (oz0site/after_response.py):
+    the client does not wait for the round trip."""
     clock = getattr(request, CLOCK_ATTRIBUTE, None)
     if not isinstance(clock, WorkspaceClock):
-        return None
+        return
     setattr(request, CLOCK_ATTRIBUTE, None)
     rate, burst = buckets()["seconds"]
     if rate <= 0 or clock.thread != threading.get_ident():
-        return None  # a response finished on another thread than the view's: its clock is not comparable
+        return  # a response finished on another thread than the view's: its clock is not comparable
     # A query's own CPU on this side is in both figures; it is small beside the wait for the answer.
     spent = (time.thread_time() - clock.cpu_at_start) + (_query_seconds(request) - clock.queried_at_start)
     if spent <= 0:
-        return None
+        return
     keys = [_key("seconds", clock.workspace_id), usage_key()]
     args = [rate, max(burst, rate), spent, time.time(), str(clock.workspace_id), SHARE_SECONDS]
 
@@ -408,7 +390,11 @@ def _measured_charge(request: HttpRequest) -> tuple[int, Callable[[], None]] | N
         except redis.RedisError:
             log.warning("workspace server time not counted: Redis is unreachable")
 
-    return clock.workspace_id, charge
+    after_response.leave(_charges_of(clock.workspace_id), charge)
+
+
+def _charges_of(workspace_id: int) -> tuple[str, int]:
+    return ("workspace seconds", workspace_id)
 
 
 class WorkspaceTimeMiddleware:
@@ -427,7 +413,7 @@ class WorkspaceTimeMiddleware:
             with connection.execute_wrapper(clock):
                 return self.get_response(request)
         finally:
-            charge_time_after_response(request)
+            charge_time(request)
 
 
 # ---- the workers' side: a busy workspace's messages go behind a quiet one's ----

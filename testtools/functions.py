@@ -11,6 +11,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from runs.models import Run
+from runs.worker.reporting import with_database
 from runs.worker.tool_functions import ToolContext, ToolError, ToolFn
 from testtools.models import EffectRecord, FlakyCounter
 
@@ -59,9 +60,12 @@ def _flaky(args: dict[str, Any], context: ToolContext) -> Any:
 def _effect(replayable: bool) -> ToolFn:
     def run(args: dict[str, Any], context: ToolContext) -> Any:
         seconds = _seconds(args)
-        workspace_id = Run.objects.filter(pk=context.run_id).values_list("workspace_id", flat=True).first()
-        # The effect commits at once, as a real write to the world would.
-        record = EffectRecord.objects.create(effect_id=str(args.get("id")), replayable=replayable, workspace_id=workspace_id)
+        effect_id = str(args.get("id"))
+        # The ledger is this tool's world, and it shares oz0's database: an outage of it mid-write
+        # leaves the write unanswered, not undone or done. As a careful client of any world does,
+        # the tool waits for the world and asks it, by the execution's own key, what became of the
+        # write, so an effect is recorded once and a call that did its work is not left in doubt.
+        record = with_database(lambda: _record(effect_id, replayable, context), f"the effect ledger's {effect_id}")
         # Optional: stay in the call a while after the effect, so a test can kill the worker mid-call.
         try:
             context.sleep(seconds)
@@ -70,6 +74,19 @@ def _effect(replayable: bool) -> ToolFn:
         return {"id": args.get("id")}
 
     return run
+
+
+def _record(effect_id: str, replayable: bool, context: ToolContext) -> EffectRecord:
+    """The execution's record: written now, or found, when an earlier try's write went through."""
+    if context.execution:
+        found = EffectRecord.objects.filter(execution=context.execution).first()
+        if found is not None:
+            return found
+    workspace_id = Run.objects.filter(pk=context.run_id).values_list("workspace_id", flat=True).first()
+    # The effect commits at once, as a real write to the world would.
+    return EffectRecord.objects.create(
+        effect_id=effect_id, replayable=replayable, workspace_id=workspace_id, execution=context.execution or None
+    )
 
 
 def _ended(record: EffectRecord) -> None:

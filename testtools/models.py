@@ -12,6 +12,9 @@ class EffectRecord(models.Model):
     # The workspace of the run whose call ran it: the ledger answers only that workspace's members.
     workspace_id = models.BigIntegerField(null=True, blank=True)
     replayable = models.BooleanField(default=False)
+    # The execution that wrote the record (ToolContext.execution): a write whose answer was lost is
+    # looked up by it once the database answers again, never written twice.
+    execution = models.CharField(max_length=200, unique=True, null=True, blank=True)
     at = models.DateTimeField(auto_now_add=True)
     # When the execution's stay ended (null: it never did, its worker died): two executions of one
     # call that overlap ran at once.

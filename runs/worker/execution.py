@@ -260,7 +260,9 @@ def _tool_outcome(claimed: Claimed, cancel: threading.Event) -> kernel.Outcome:
     function = function_of(name)
     if function is None:
         return kernel.Outcome(claimed, error=("tool_not_served", f"no worker tool named {name!r}"))
-    context = ToolContext(run_id=claimed.run_id, task_key=claimed.key, attempt=claimed.attempt, cancel=cancel)
+    context = ToolContext(
+        run_id=claimed.run_id, task_key=claimed.key, attempt=claimed.attempt, cancel=cancel, execution=claimed.claim
+    )
     try:
         value = function(dict(claimed.spec.get("args") or {}), context)
         check_storable(value)

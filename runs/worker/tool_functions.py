@@ -34,6 +34,10 @@ class ToolContext:
     task_key: str
     attempt: int
     cancel: threading.Event = field(default_factory=threading.Event)
+    # This execution's own id (its claim): a tool whose write to the world can fail with no answer
+    # (the connection dropped mid-write) keys the write by it, and asks the world afterwards
+    # whether it was made, rather than making it twice or giving up on a call that did its work.
+    execution: str = ""
 
     def check_cancel(self) -> None:
         if self.cancel.is_set():

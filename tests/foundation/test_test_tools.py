@@ -141,3 +141,40 @@ def test_no_production_module_imports_the_test_tools() -> None:
             if any(name == "testtools" or name.startswith("testtools.") for name in names):
                 offenders.append(relative)
     assert not offenders, offenders
+
+
+@pytest.mark.spec("S10")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("went_through", [True, False], ids=["written-then-lost", "not-written"])
+def test_an_effect_whose_write_lost_its_answer_is_recorded_once_and_its_call_goes_on(
+    monkeypatch: pytest.MonkeyPatch, went_through: bool
+) -> None:
+    """The chaos run's PostgreSQL kill once met `test.effect` mid-write: the call was left to the
+    lease sweep, and its non-replayable call waited for a person though its worker lived. The
+    tool now waits for its ledger and asks it, by the execution's key, whether the write was made."""
+    from django.db import OperationalError
+
+    from runs.worker import reporting
+    from runs.worker.tool_functions import ToolContext
+    from testtools.functions import FUNCTIONS
+    from testtools.models import EffectRecord
+
+    monkeypatch.setattr(reporting.time, "sleep", lambda seconds: None)
+    write = EffectRecord.objects.create
+    lost: list[bool] = []
+
+    def write_losing_its_first_answer(**fields: Any) -> EffectRecord:
+        if not lost:
+            lost.append(True)
+            if went_through:
+                write(**fields)
+            raise OperationalError("server closed the connection unexpectedly")
+        return write(**fields)
+
+    monkeypatch.setattr(EffectRecord.objects, "create", write_losing_its_first_answer)
+    effect_id = uuid.uuid4().hex
+    context = ToolContext(run_id=str(uuid.uuid4()), task_key="e", attempt=1, execution=f"host:1:{effect_id[:12]}")
+    assert FUNCTIONS["test.effect"]({"id": effect_id}, context) == {"id": effect_id}
+    assert lost == [True]
+    records = list(EffectRecord.objects.filter(effect_id=effect_id))
+    assert len(records) == 1 and records[0].execution == context.execution and records[0].finished_at is not None

@@ -6,10 +6,14 @@ from oz0site.heap import freeze_startup_heap, pause_collection_for_startup
 
 pause_collection_for_startup()  # until the application is built and its heap frozen (oz0site/heap.py)
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "oz0site.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does, with oz0's handler
+
+from oz0site.web_handler import OneThreadASGIHandler  # noqa: E402
+
+django_asgi_app = OneThreadASGIHandler()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

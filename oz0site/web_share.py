@@ -30,7 +30,9 @@ every request quiet, while a person whose page and its fragment came together ha
 held back behind the script's (the bench's quiet reads went from 17 to 38 ms at p95 beside such
 a loop of creates, and from 16 to 26 ms once quiet meant this). A closed loop keeps
 about one request in flight all the time: it crosses the line within a few seconds and stays
-over it while it keeps going, where a person stays far below.
+over it while it keeps going, where a person stays far below. A workspace with a request waiting
+for its share is not quiet either, whatever its average: it has filled its share now (a newcomer's
+burst, its average still near nothing, went first for its first second or so).
 
 **What was already running yields too.** Held back at the door, a busy workspace's requests in
 flight still ran beside the quiet one: with two of them, the quiet request had a third of the
@@ -129,7 +131,12 @@ def in_use(workspace_id: int) -> tuple[int, int]:
 
 
 def _is_quiet(workspace_id: int, now: float) -> bool:
-    """(Under the lock.) Whether the workspace's requests kept less than QUIET_BELOW in flight lately."""
+    """(Under the lock.) Whether the workspace's requests kept less than QUIET_BELOW in flight lately,
+    and none of them waits for its share: a workspace that filled its share is busy now, whatever
+    its past (a newcomer's burst was quiet for its first second or so, the average still low)."""
+    share = _shares.get(workspace_id)
+    if share is not None and share.waiting > 0:
+        return False
     held = _occupancy.get(workspace_id)
     return held is None or held.advance(now) < QUIET_BELOW
 
@@ -184,6 +191,7 @@ def take(request: HttpRequest, workspace_id: int) -> None:
         share.waiting += 1
         ticket = object()
         share.queue.append(ticket)
+        quiet = False  # its own share is full (or another's quiet request holds it back): busy now
     # The pool's connection goes back while this request holds nothing but a thread (inside a
     # transaction it stays: closing would doom the transaction).
     if not connection.in_atomic_block:

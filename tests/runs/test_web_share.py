@@ -394,3 +394,32 @@ def test_a_quiet_workspaces_push_holds_busy_requests_for_its_moment_only() -> No
 def test_no_push_is_quiet_when_quiet_first_is_off() -> None:
     web_share.push_is_quiet(36)
     assert 36 not in web_share._quiet_pushes
+
+
+@override_settings(OZ0_WEB_SLOTS_PER_WORKSPACE=2, OZ0_WEB_SLOT_WAIT_SECONDS=10, OZ0_WEB_QUIET_FIRST_SECONDS=10)
+def test_a_workspace_that_filled_its_share_is_busy_whatever_its_average(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a newcomer's burst was quiet until its average crossed the line (a second or so of a
+    closed loop's: the neighbors bench's noise went first at the start of each of its windows),
+    its request waiting for its own share included."""
+    monkeypatch.setattr(web_share, "OCCUPANCY_SECONDS", 5.0)  # the average stays near nothing
+    held = _held(50, 2)
+    assert all(_admitted_quiet(request) for request in held)  # a person's page and its fragment
+    thread, third, admitted = _take_in_thread(50)
+    try:
+        deadline = time.monotonic() + 5
+        while web_share.in_use(50) != (2, 1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert web_share.in_use(50) == (2, 1)
+        web_share.push_is_quiet(50)
+        assert 50 not in web_share._quiet_pushes, "a workspace over its share had its push go first"
+        web_share.give_back(held.pop())
+        thread.join(5)
+        assert admitted and not _admitted_quiet(third), "a request that waited for its own share went first"
+    finally:
+        for request in held:
+            web_share.give_back(request)
+        thread.join(5)
+        web_share.give_back(third)
+    web_share.push_is_quiet(50)  # nothing waits now, and its average is low: quiet again
+    assert 50 in web_share._quiet_pushes
+    web_share._quiet_pushes.clear()

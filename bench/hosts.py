@@ -440,9 +440,17 @@ def fan_tasks(tasks: int, effects: int, *, effect_seconds: float, run_tag: str) 
 APPEND_MAX = 64  # the kernel's steps per request
 
 
+def _gated(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls wait on the gate: nothing runs until the whole fan is built and released."""
+    return [{**t, "after": ["gate"]} if t["kind"] == "tool" else t for t in tasks]
+
+
 def create_fan(stack: Stack, tasks: list[dict[str, Any]]) -> str:
     """One run of `tasks`, built as a client builds a big one: created behind an await that keeps
-    it open, appended 64 steps a request (the last names the deliverable), then released."""
+    it open, appended 64 steps a request (the last names the deliverable), then released. Its
+    calls wait on the gate: on a machine loaded by the suite's other lanes, building the fan once
+    took 34 s, and calls that ran meanwhile had ended before the caller looked at them."""
+    tasks = _gated(tasks)
     gate = {"key": "gate", "kind": "await", "question": "hold the run open while it is built"}
     status, created = stack.api("POST", f"/workspaces/{stack.workspace}/runs", {"tasks": [gate, *tasks[: APPEND_MAX - 1]]})
     if status != 201:
@@ -470,8 +478,7 @@ def _fan_seconds(stack: Stack, tasks: int) -> float:
     if status != 201:
         raise RuntimeError(f"create refused: {created}")
     run_id, token = created["run"]["id"], created["receipt"]["tokens"]["gate"]
-    # The echoes wait on the gate, so nothing runs until the clock starts.
-    gated = [{**t, "after": ["gate"]} if t["kind"] == "tool" else t for t in body]
+    gated = _gated(body)  # nothing runs until the clock starts
     for index in range(0, len(gated), APPEND_MAX):
         chunk: dict[str, Any] = {"tasks": gated[index : index + APPEND_MAX]}
         if index + APPEND_MAX >= len(gated):

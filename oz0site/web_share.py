@@ -191,7 +191,6 @@ def take(request: HttpRequest, workspace_id: int) -> None:
         share.waiting += 1
         ticket = object()
         share.queue.append(ticket)
-        quiet = False  # its own share is full (or another's quiet request holds it back): busy now
     # The pool's connection goes back while this request holds nothing but a thread (inside a
     # transaction it stays: closing would doom the transaction).
     if not connection.in_atomic_block:
@@ -201,7 +200,7 @@ def take(request: HttpRequest, workspace_id: int) -> None:
             while True:
                 now = time.monotonic()
                 first = share.queue[0] is ticket
-                if first and share.running < slots and (quiet or now >= quiet_until or not _another_quiet(workspace_id)):
+                if first and share.running < slots and (now >= quiet_until or not _another_quiet(workspace_id)):
                     admitted = True
                     break
                 if now >= started + waited:
@@ -210,7 +209,7 @@ def take(request: HttpRequest, workspace_id: int) -> None:
                 # Woken by its own workspace's slot coming free, the request ahead of it leaving the
                 # queue or another's quiet request ending; else at the end of the quiet-first wait,
                 # or of the whole wait.
-                wake_at = started + waited if not first or share.running >= slots or quiet or now >= quiet_until else quiet_until
+                wake_at = started + waited if not first or share.running >= slots or now >= quiet_until else quiet_until
                 _wait_for_quiet(workspace_id, wake_at - now, share.turn)
         finally:
             share.waiting -= 1
@@ -219,7 +218,9 @@ def take(request: HttpRequest, workspace_id: int) -> None:
         if not admitted:
             _forget_if_idle(workspace_id, share)
             raise WorkspaceBusy(waited)
-        _admit(request, workspace_id, share, quiet=quiet)
+        # A request that waited is not quiet: its own share was full, or another's quiet request
+        # held it back because it was not.
+        _admit(request, workspace_id, share, quiet=False)
 
 
 def _admit(request: HttpRequest, workspace_id: int, share: _Share, *, quiet: bool) -> None:

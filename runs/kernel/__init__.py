@@ -129,6 +129,7 @@ from runs.kernel.rounds import (
 from runs.kernel.scheduling import round_timeout_seconds
 from runs.kernel.sweeps import (
     MAX_EXPIRED_CLAIMS,
+    seconds_to_next_claim_expiry,
     sweep_clocks,
     sweep_delegations,
     sweep_expired_claims,
@@ -300,6 +301,7 @@ __all__ = [
     "round_timeout_seconds",
     "rule_problems",
     "settle_parent",
+    "seconds_to_next_claim_expiry",
     "spec_digest",
     "call_decision",
     "sweep_clocks",

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, Min, OuterRef, Q
 from django.utils import timezone
 
 from runs.kernel.commit import (
@@ -43,6 +43,19 @@ def sweep_expired_claims(now: datetime | None = None, *, grace: float = 0.0) -> 
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS) + max(0.0, grace))
     return sweep_stale_holders(Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff), _expire_claim)
+
+
+def seconds_to_next_claim_expiry(now: datetime | None = None, *, grace: float = 0.0) -> float | None:
+    """How long until the next held call's lease runs out, by the claims sweep's own measure (the
+    same lease and grace), so the sweeper can wake for it instead of up to a period later. None
+    when no call is held on a lease that is still running (those past it are the sweep's now)."""
+    now = now or timezone.now()
+    lease = float(settings.OZ0_LEASE_SECONDS) + max(0.0, grace)
+    cutoff = now - timedelta(seconds=lease)
+    earliest = Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__gte=cutoff).aggregate(earliest=Min("heartbeat_at"))[
+        "earliest"
+    ]
+    return None if earliest is None else (earliest - cutoff).total_seconds()
 
 
 def _expire_claim(txn: Txn, task: Task) -> None:

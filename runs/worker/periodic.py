@@ -4,7 +4,9 @@ The sweeps (expired claims, clocks, lost messages, executor leases, unserved run
 child's lost settle or cancel, expired idempotency keys) run every OZ0_SWEEP_SECONDS in a thread of
 beat's own process (`Sweeper`, started by oz0site.celery when beat starts), never as messages
 on the workers' queue: there a sweep waited behind the very calls whose holders it must watch
-(two slots busy with long calls meant no sweep, so a dead holder's call did not move on).
+(two slots busy with long calls meant no sweep, so a dead holder's call did not move on). Between
+two passes the sweeper wakes for each lease that runs out and sweeps the claims alone, so a dead
+holder's call moves on at its lease rather than up to a period after it.
 
 A sweep that fails is logged and the others still run; the next pass tries it again. A sweep
 waits at most half the period for one run's row lock (runs.kernel.commit.locked's `wait`): a run
@@ -31,7 +33,7 @@ from functools import lru_cache
 import redis
 from django.conf import settings
 from django.core.cache import cache
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from oz0site.errors import is_database_error
 from oz0site.metering import meter, priority_lists
@@ -186,6 +188,11 @@ def run_all(watch: DatabaseWatch | None = None) -> None:
         meter.observe("oz0_sweep_duration_seconds", (("sweep", name),), time.perf_counter() - started)
 
 
+# How long after a lease's end the sweeper wakes for it: the claims sweep compares strictly, and the
+# database's clock is read a moment after the sweeper's.
+CLAIM_WAKE_MARGIN = 0.02
+
+
 class Sweeper:
     """Beat's sweeps, every OZ0_SWEEP_SECONDS, in a thread of beat's own process."""
 
@@ -205,14 +212,49 @@ class Sweeper:
     def _loop(self) -> None:
         log.info("sweeping every %.1fs", self.period)
         pause = 0.0
-        while not self.stopped.wait(pause):
-            started = time.monotonic()
-            close_old_connections()  # honours DB_CONN_MAX_AGE, drops a connection left unusable
+        try:
+            while not self.stopped.wait(pause):
+                started = time.monotonic()
+                close_old_connections()  # honours DB_CONN_MAX_AGE, drops a connection left unusable
+                try:
+                    run_all(self.watch)
+                except Exception:  # nothing may end the sweeper
+                    log.exception("a sweep pass failed")
+                self._claims_until(started + self.period)
+                pause = max(0.0, started + self.period - time.monotonic())
+        finally:
+            connections.close_all()  # this thread's own
+
+    def _claims_until(self, next_pass: float) -> None:
+        """Between two passes, wake for each lease that runs out before the next one and sweep the
+        claims alone: a dead holder's call moves on at its lease, not up to a period after it. The
+        other sweeps keep the period; claims-only wakes come at most ten a period."""
+        floor = self.period / 10
+        while True:
+            due = self._next_claim_expiry()
+            if due is None or due >= next_pass - floor or self.stopped.wait(max(floor, due - time.monotonic())):
+                return
+            close_old_connections()
             try:
-                run_all(self.watch)
-            except Exception:  # nothing may end the sweeper
-                log.exception("a sweep pass failed")
-            pause = max(0.0, self.period - (time.monotonic() - started))
+                _expired_claims(self.watch)
+            except Exception as error:  # the next pass tries again
+                log.exception("the claims sweep failed")
+                if is_database_error(error):
+                    replace_connection()
+                return
+
+    def _next_claim_expiry(self) -> float | None:
+        """When (time.monotonic()) the next held call's lease runs out, a little after, so that
+        the sweep finds it past; None when no call is held or the database does not answer."""
+        try:
+            seconds = kernel.seconds_to_next_claim_expiry(grace=self.watch.grace(time.monotonic()))
+        except Exception as error:  # nothing may end the sweeper: the passes keep the period
+            if is_database_error(error):
+                replace_connection()
+            else:
+                log.exception("the next lease's end could not be read")
+            return None
+        return None if seconds is None else time.monotonic() + seconds + CLAIM_WAKE_MARGIN
 
 
 class Pruner:

@@ -42,7 +42,10 @@ def sweep_expired_claims(now: datetime | None = None, *, grace: float = 0.0) -> 
     before it has had a whole lease to heartbeat again."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=float(settings.OZ0_LEASE_SECONDS) + max(0.0, grace))
-    return sweep_stale_holders(Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff), _expire_claim)
+    # The longest silent first: when many holders stop at once (a worker's whole pool), the last
+    # one handed on is the one whose lease ran out last.
+    stale = Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).order_by("heartbeat_at", "pk")
+    return sweep_stale_holders(stale, _expire_claim)
 
 
 def seconds_to_next_claim_expiry(now: datetime | None = None, *, grace: float = 0.0) -> float | None:

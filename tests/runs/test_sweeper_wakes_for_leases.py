@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from runs import kernel
@@ -59,3 +60,24 @@ def test_the_sweeper_hands_a_dead_holders_call_on_at_its_lease_not_at_its_next_p
     # Not before its lease ran out: a holder has the whole lease to heartbeat.
     heard = expired.data["heartbeat_at"]
     assert (expired.at - datetime.fromisoformat(heard)).total_seconds() >= 1.0
+
+
+@pytest.mark.spec("S10")
+@pytest.mark.django_db
+def test_the_claims_sweep_hands_on_the_longest_silent_holder_first() -> None:
+    """Many holders stopping at once are handed on one transaction at a time; the one whose lease
+    ran out first goes first, so the last handed on is the one whose lease ran out last."""
+    now = timezone.now()
+    lease = float(settings.OZ0_LEASE_SECONDS)
+    runs = [claimed_call(Team()) for _ in range(4)]
+    silent_for = [lease + 2, lease + 9, lease + 1, lease + 5]  # in the runs' creation order
+    for run, seconds in zip(runs, silent_for, strict=True):
+        Task.objects.filter(run=run).update(heartbeat_at=now - timedelta(seconds=seconds))
+    with connection.cursor() as cursor:  # whatever plan the database picks: a table scan's order is the rows'
+        cursor.execute("SET LOCAL enable_indexscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        cursor.execute("SET LOCAL enable_indexonlyscan = off")
+    assert kernel.sweep_expired_claims(now) == 4
+    handed_on = [event.run_id for event in TraceEvent.objects.filter(event="claim_expired").order_by("id")]
+    by_silence = [run.pk for _, run in sorted(zip(silent_for, runs, strict=True), key=lambda pair: -pair[0])]
+    assert handed_on == by_silence

@@ -188,8 +188,8 @@ def run_all(watch: DatabaseWatch | None = None) -> None:
         meter.observe("oz0_sweep_duration_seconds", (("sweep", name),), time.perf_counter() - started)
 
 
-# How long after a lease's end the sweeper wakes for it: the claims sweep compares strictly, and the
-# database's clock is read a moment after the sweeper's.
+# How long after a lease's end the sweeper wakes for it: the claims sweep takes a lease as ended only
+# once it is strictly past, and a wake a moment early would find nothing and wait for the next.
 CLAIM_WAKE_MARGIN = 0.02
 
 

@@ -228,11 +228,14 @@ class Sweeper:
     def _claims_until(self, next_pass: float) -> None:
         """Between two passes, wake for each lease that runs out before the next one and sweep the
         claims alone: a dead holder's call moves on at its lease, not up to a period after it. The
-        other sweeps keep the period; claims-only wakes come at most ten a period."""
+        other sweeps keep the period, and two claims-only wakes are a tenth of a period apart at least."""
         floor = self.period / 10
+        not_before = time.monotonic()
         while True:
             due = self._next_claim_expiry()
-            if due is None or due >= next_pass - floor or self.stopped.wait(max(floor, due - time.monotonic())):
+            if due is None or due >= next_pass - floor:
+                return
+            if self.stopped.wait(max(0.0, max(due, not_before) - time.monotonic())):
                 return
             close_old_connections()
             try:
@@ -242,6 +245,7 @@ class Sweeper:
                 if is_database_error(error):
                     replace_connection()
                 return
+            not_before = time.monotonic() + floor
 
     def _next_claim_expiry(self) -> float | None:
         """When (time.monotonic()) the next held call's lease runs out, a little after, so that

@@ -5,6 +5,8 @@ once acted 6.1 s after the last heartbeat, over its bound of the lease plus two 
 
 from __future__ import annotations
 
+import itertools
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -81,3 +83,20 @@ def test_the_claims_sweep_hands_on_the_longest_silent_holder_first() -> None:
     handed_on = [event.run_id for event in TraceEvent.objects.filter(event="claim_expired").order_by("id")]
     by_silence = [run.pk for _, run in sorted(zip(silent_for, runs, strict=True), key=lambda pair: -pair[0])]
     assert handed_on == by_silence
+
+
+def test_claims_only_wakes_are_a_tenth_of_a_period_apart_however_many_leases_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Holders whose leases run out one after another (or a lease the sweep cannot act on, always
+    due) never make the sweeper spin: between two passes the claims-only sweeps are spaced by a
+    tenth of the period at least, and a lease due within that of the next pass is left to it."""
+    from runs.worker import periodic
+
+    swept: list[float] = []
+    monkeypatch.setattr(periodic, "_expired_claims", lambda watch: swept.append(time.monotonic()) or 0)
+    sweeper = Sweeper()
+    sweeper.period = 1.0
+    monkeypatch.setattr(sweeper, "_next_claim_expiry", time.monotonic)  # always a lease ending now
+    started = time.monotonic()
+    sweeper._claims_until(started + sweeper.period)
+    assert 1 <= len(swept) <= 10
+    assert all(later - earlier >= 0.1 for earlier, later in itertools.pairwise(swept))

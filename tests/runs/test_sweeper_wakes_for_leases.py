@@ -93,6 +93,7 @@ def test_claims_only_wakes_are_a_tenth_of_a_period_apart_however_many_leases_run
 
     swept: list[float] = []
     monkeypatch.setattr(periodic, "_expired_claims", lambda watch: swept.append(time.monotonic()) or 0)
+    monkeypatch.setattr(periodic, "close_old_connections", lambda: None)  # no database in this test
     sweeper = Sweeper()
     sweeper.period = 1.0
     monkeypatch.setattr(sweeper, "_next_claim_expiry", time.monotonic)  # always a lease ending now

@@ -178,14 +178,23 @@ def run_all(watch: DatabaseWatch | None = None) -> None:
     except Exception as error:  # Redis away: the sweeps still run
         log.warning("the sweep's heartbeat could not be recorded: %s", error)
     for name, sweep in (("claims", lambda: _expired_claims(watch)), *SWEEPS):
-        started = time.perf_counter()
-        try:
-            sweep()
-        except Exception as error:
-            log.exception("the %s sweep failed", name)
-            if is_database_error(error):
-                replace_connection()
+        _guarded(name, sweep)
+
+
+def _guarded(name: str, sweep: Callable[[], object]) -> bool:
+    """One sweep, timed; False when it failed (logged; a database error replaces the connection
+    for the next)."""
+    started = time.perf_counter()
+    try:
+        sweep()
+    except Exception as error:
+        log.exception("the %s sweep failed", name)
+        if is_database_error(error):
+            replace_connection()
+        return False
+    finally:
         meter.observe("oz0_sweep_duration_seconds", (("sweep", name),), time.perf_counter() - started)
+    return True
 
 
 # How long after a lease's end the sweeper wakes for it: the claims sweep takes a lease as ended only
@@ -238,13 +247,8 @@ class Sweeper:
             if self.stopped.wait(max(0.0, max(due, not_before) - time.monotonic())):
                 return
             close_old_connections()
-            try:
-                _expired_claims(self.watch)
-            except Exception as error:  # the next pass tries again
-                log.exception("the claims sweep failed")
-                if is_database_error(error):
-                    replace_connection()
-                return
+            if not _guarded("claims", lambda: _expired_claims(self.watch)):
+                return  # the next pass tries again
             not_before = time.monotonic() + floor
 
     def _next_claim_expiry(self) -> float | None:

@@ -49,6 +49,18 @@ def freeze_the_startup_heap(**kwargs: Any) -> None:
     freeze_startup_heap()
 
 
+@signals.worker_init.connect
+@signals.worker_process_init.connect
+def name_the_database_sessions(**kwargs: Any) -> None:
+    """A worker's sessions carry its `host:pid`, the name its claims carry, so the lease sweep can
+    free the locks of one frozen inside a transaction (runs/kernel/holder_sessions.py)."""
+    from django.db.backends.signals import connection_created
+
+    from runs.worker.execution import name_database_session
+
+    connection_created.connect(name_database_session, dispatch_uid="oz0-name-the-database-sessions")
+
+
 @signals.worker_shutting_down.connect
 def park_the_sessions_waiting_on_people(**kwargs: Any) -> None:
     """A session worker told to stop parks its framework sessions that wait on a person

@@ -119,12 +119,16 @@ def sweep_each(items: Iterable[tuple[Any, T]], actor: str, act: Callable[[Txn, T
     return acted
 
 
-def sweep_stale_holders(stale: QuerySet[Task], act: Callable[[Txn, Task], None]) -> int:
+def sweep_stale_holders(
+    stale: QuerySet[Task], act: Callable[[Txn, Task], None], *, first: Callable[[list[str | None]], object] | None = None
+) -> int:
     """A lease sweep: each task `stale` selects (a holder that stopped heartbeating), judged again
     in its run's locked transaction, with the same filter and the claim it had when listed (a
     holder that heartbeated, or a claim that changed hands, meanwhile is left alone), is handed to
-    `act`. Returns how many were."""
+    `act`. `first` is given the listed claims before any is acted on. Returns how many were."""
     listed = list(stale.values_list("pk", "run_id", "claim"))
+    if listed and first is not None:
+        first([claim for _, _, claim in listed])
 
     def still_stale(txn: Txn, task_and_claim: tuple[int, str | None]) -> bool:
         task_id, claim = task_and_claim

@@ -24,6 +24,7 @@ from runs.kernel.commit import (
 )
 from runs.kernel.failure import is_replayable, nonreplayable_calls
 from runs.kernel.graph import FINISHED_RUN_STATUSES, KERNEL_EXECUTED, OPEN_RUN_STATUSES
+from runs.kernel.holder_sessions import end_frozen_holder_sessions
 from runs.kernel.scheduling import after_failure, make_ready
 from runs.kernel.settling import PAUSABLE
 from runs.kernel.txn import Txn
@@ -45,7 +46,11 @@ def sweep_expired_claims(now: datetime | None = None, *, grace: float = 0.0) -> 
     # The longest silent first: when many holders stop at once (a worker's whole pool), the last
     # one handed on is the one whose lease ran out last.
     stale = Task.objects.filter(status=TaskStatus.RUNNING, heartbeat_at__lt=cutoff).order_by("heartbeat_at", "pk")
-    return sweep_stale_holders(stale, _expire_claim)
+    # A holder frozen inside a transaction would keep the locks its hand-on needs: its sessions
+    # idle in one for a heartbeat are ended first (runs/kernel/holder_sessions.py).
+    return sweep_stale_holders(
+        stale, _expire_claim, first=lambda claims: end_frozen_holder_sessions(claims, idle_seconds=settings.OZ0_HEARTBEAT_SECONDS)
+    )
 
 
 def seconds_to_next_claim_expiry(now: datetime | None = None, *, grace: float = 0.0) -> float | None:

@@ -18,6 +18,7 @@ from runs.kernel.bulk import claim_named
 from runs.kernel.commit import locked, send_on_commit
 from runs.kernel.failure import fail_claimed
 from runs.kernel.graph import KERNEL_EXECUTED, WORKING_RUN_STATUSES
+from runs.kernel.holder_sessions import worker_of
 from runs.kernel.priorities import WAITING_KEY, by_effective_priority
 from runs.kernel.scheduling import after_failure, approval_holds, release, round_deadline, tool_deadline
 from runs.kernel.txn import Txn
@@ -303,11 +304,6 @@ def held_task(txn: Txn, claimed: Claimed) -> Task | None:
     else:
         record_lost_lease(txn, [claimed])
     return task
-
-
-def worker_of(claim: str) -> str:
-    """The worker a claim names: `host:pid` (runs.worker.execution.new_claim)."""
-    return ":".join(claim.split(":")[:2])
 
 
 def record_lost_lease(txn: Txn, refused: Sequence[Claimed]) -> None:

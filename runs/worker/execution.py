@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -33,8 +34,27 @@ from runs.worker.tool_functions import ToolCanceled, ToolContext, ToolError, fun
 log = logging.getLogger(__name__)
 
 
+def worker_identity() -> str:
+    """This process, as its claims and its database sessions name it: `host:pid`."""
+    return f"{socket.gethostname()[:24]}:{os.getpid()}"
+
+
 def new_claim() -> str:
-    return f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return f"{worker_identity()}:{uuid.uuid4().hex[:12]}"
+
+
+def name_database_session(sender: Any = None, connection: Any = None, **kwargs: Any) -> None:
+    """A `connection_created` receiver for worker processes: the session carries this process's
+    name, so the lease sweep can end it if the process freezes inside a transaction
+    (runs/kernel/holder_sessions.py). The name is read off the connection first: a pooled
+    connection named already costs no round trip."""
+    name = kernel.holder_session_name(worker_identity())
+    raw = getattr(connection, "connection", None)
+    info = getattr(raw, "info", None)
+    if info is not None and info.parameter_status("application_name") == name:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('application_name', %s, false)", [name])
 
 
 class Heartbeat:

@@ -2,7 +2,7 @@
 
 import os
 
-from oz0site.heap import freeze_startup_heap, pause_collection_for_startup
+from oz0site.heap import freeze_startup_heap, load_the_routes, pause_collection_for_startup
 
 pause_collection_for_startup()  # until the application is built and its heap frozen (oz0site/heap.py)
 
@@ -30,4 +30,5 @@ application = ProtocolTypeRouter(
 )
 
 tracing.setup("web")  # when the installer's OTEL_* variables ask for traces (oz0site/tracing.py)
+load_the_routes()  # before the freeze: the routes and the API's schemas live as long as the process
 freeze_startup_heap()  # the web process's startup objects stay out of full collections

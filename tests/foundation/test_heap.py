@@ -67,12 +67,19 @@ def test_a_worker_freezes_once_started_in_the_parent_and_in_each_child(thawed: N
 @pytest.mark.parametrize("module", ["oz0site.asgi", "oz0site.wsgi"])
 def test_a_web_process_freezes_once_its_application_is_built(module: str) -> None:
     # The probe's first import is the module: it paused the collector itself, and turned it on again.
-    probe = f"import gc, {module}; print(gc.get_freeze_count(), gc.isenabled())"
+    # The routes (the URL configuration, the JSON API's routers and their schema models) are
+    # startup objects too: built at the first request, they were in every full collection after it.
+    probe = (
+        f"import gc, {module}; from django.urls import get_resolver; from oz0site.api import api; "
+        "routes = get_resolver().url_patterns; young = {id(o) for o in gc.get_objects()}; "
+        "print(gc.get_freeze_count(), gc.isenabled(), id(routes) in young, id(api) in young)"
+    )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "oz0site.settings", "DEBUG": "1"}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120, check=True)
-    frozen, collecting = done.stdout.split()
+    frozen, collecting, routes_collected, api_collected = done.stdout.split()
     assert int(frozen) > 10_000  # Django's and oz0's startup objects, not a handful
     assert collecting == "True", "the collector stayed off after startup"
+    assert (routes_collected, api_collected) == ("False", "False")
 
 
 @pytest.fixture

@@ -74,7 +74,7 @@ from runs.kernel.graph import (
     repair_candidates,
 )
 from runs.kernel.guards import GuardError, evaluate_guard, guard_steps, parse_guard
-from runs.kernel.holder_sessions import holder_session_name
+from runs.kernel.holder_sessions import end_frozen_holder_sessions, holder_session_name
 from runs.kernel.intake import append, create_run, input_bytes, quota_limits
 from runs.kernel.journal import journal_call, round_checkpoint, round_park, round_replayed, round_resumed
 from runs.kernel.leases import (
@@ -302,6 +302,7 @@ __all__ = [
     "round_timeout_seconds",
     "rule_problems",
     "settle_parent",
+    "end_frozen_holder_sessions",
     "holder_session_name",
     "seconds_to_next_claim_expiry",
     "spec_digest",

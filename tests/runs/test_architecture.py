@@ -65,6 +65,7 @@ KERNEL_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"templates", "request_shapes"}),  # flow templates (read with the guards' parser); the request contract
     frozenset({"compile", "candidates"}),  # a request compiled (no HTTP, no writes); repair candidates
     frozenset({"bulk"}),  # set-based writes of many rows in one statement (unnest), each a compare-and-set
+    frozenset({"holder_sessions"}),  # a worker's database sessions: named after it, ended when it froze mid-transaction
     frozenset({"txn"}),  # Txn: a transaction's changes recorded (compare-and-set moves, the one completion path)
     frozenset({"children"}),  # a ready delegate task's child run opened (the parent's side)
     frozenset({"scheduling"}),  # evaluate, release, start, joins, a failure's policy

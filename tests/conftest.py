@@ -613,8 +613,20 @@ class Team:
         return self.workspace.slug
 
 
+@pytest.fixture(scope="session")
+def openapi_document_built(django_db_setup: Any, django_db_blocker: Any) -> None:
+    """The OpenAPI document is built once a process (oz0site/api.py), by whichever request asks
+    first. Built inside a test's transaction, on a CI machine at 100 % of both cores, it outlasted
+    PostgreSQL's 30 s idle-in-transaction bound and the server ended the test's session (two tests
+    that read it, two CI runs). Built here, before any test's transaction."""
+    from django.test import Client
+
+    with django_db_blocker.unblock():
+        assert Client().get("/api/v1/openapi.json").status_code == 200
+
+
 @pytest.fixture
-def team(db: Any) -> Team:
+def team(db: Any, openapi_document_built: None) -> Team:
     return Team()
 
 

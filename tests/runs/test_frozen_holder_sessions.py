@@ -66,6 +66,20 @@ def idle_in_transaction(session: psycopg.Connection[Any], *, longer_than: float)
     return bool(row and row[0])
 
 
+def holding_the_lock_of(
+    run: Run, worker: str, opened: list[psycopg.Connection[Any]], *, idle_for: float | None = None
+) -> psycopg.Connection[Any]:
+    """A session of `worker`'s that took `run`'s row lock and then went quiet inside its
+    transaction; with `idle_for`, once it has been quiet that long."""
+    session = session_of(worker, opened)
+    session.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
+    if idle_for is not None:
+        wait_for(
+            lambda: idle_in_transaction(session, longer_than=idle_for), message=f"{worker}'s session idle in its transaction"
+        )
+    return session
+
+
 def past_the_lease() -> Any:
     return timezone.now() + timedelta(seconds=settings.OZ0_LEASE_SECONDS + 1)
 
@@ -78,10 +92,8 @@ def test_a_worker_frozen_holding_its_runs_lock_is_ended_and_its_call_handed_on(
 ) -> None:
     settings.OZ0_HEARTBEAT_SECONDS = 0.05
     run = claimed_by(FROZEN)
-    frozen = session_of(FROZEN, sessions)
     # Its worker took the run's row lock for a report and then stopped between two statements.
-    frozen.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
-    wait_for(lambda: idle_in_transaction(frozen, longer_than=0.05), message="the frozen session idle in its transaction")
+    frozen = holding_the_lock_of(run, FROZEN, sessions, idle_for=0.05)
 
     assert sweep_beside(lambda: sweep_expired_claims(past_the_lease())) == 1
     a = task(run, "a")
@@ -105,11 +117,9 @@ def test_sessions_of_live_workers_and_of_a_holder_still_inside_a_heartbeat_are_l
     settings.OZ0_HEARTBEAT_SECONDS = 0.05
     # A live worker's long transaction holds the lock of a run whose call's holder is past its lease.
     held_by_a_live_worker = claimed_by(FROZEN)
-    live = session_of(LIVE, sessions)
-    live.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [held_by_a_live_worker.pk])
+    live = holding_the_lock_of(held_by_a_live_worker, LIVE, sessions, idle_for=0.05)
     # The frozen worker's other session, outside any transaction, holds nothing.
     resting = session_of(FROZEN, sessions)
-    wait_for(lambda: idle_in_transaction(live, longer_than=0.05), message="the live session idle in its transaction")
 
     assert sweep_beside(lambda: sweep_expired_claims(past_the_lease())) == 0  # passed over, as before
     assert task(held_by_a_live_worker, "a").status == "running"
@@ -121,8 +131,7 @@ def test_sessions_of_live_workers_and_of_a_holder_still_inside_a_heartbeat_are_l
     # worker between two statements: it is left to the next pass.
     settings.OZ0_HEARTBEAT_SECONDS = 3600
     run = claimed_by(FROZEN)
-    frozen = session_of(FROZEN, sessions)
-    frozen.execute("SELECT id FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
+    frozen = holding_the_lock_of(run, FROZEN, sessions)
     assert sweep_beside(lambda: sweep_expired_claims(past_the_lease())) == 0
     assert task(run, "a").status == "running"
     assert backend_alive(frozen.info.backend_pid)

@@ -1,8 +1,11 @@
 """The web process's handler runs a request's middleware and its synchronous view in one thread,
-entered once from the event loop (oz0site/web_handler.py); a coroutine view still runs on the loop."""
+entered once from the event loop (oz0site/web_handler.py); a coroutine view still runs on the loop;
+the threads are the process's own, kept and reused, never started by the loop per request."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -12,7 +15,7 @@ from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.core.handlers.asgi import ASGIHandler
 
-from oz0site.web_handler import OneThreadASGIHandler
+from oz0site.web_handler import OneThreadASGIHandler, RequestThreads
 
 
 async def _get(application: Any, path: str) -> tuple[int, bytes]:
@@ -78,3 +81,92 @@ def test_a_coroutine_view_still_runs_on_the_event_loop(monkeypatch: pytest.Monke
     status, body = async_to_sync(_get)(OneThreadASGIHandler(), f"/api/v1/runs/{uuid.uuid4()}/wait")
     assert status == 401 and b"error" in body
     assert len(entries) == 1  # the long poll, on the loop, its thread waiting for it
+
+
+def _thread_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of each thread started from now on."""
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(self: threading.Thread) -> None:
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    return started
+
+
+def _view_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread each request's middleware ran in."""
+    seen: list[int] = []
+    chain = OneThreadASGIHandler.load_middleware
+
+    def load(self: Any, is_async: bool = False) -> None:
+        chain(self, is_async)
+        inner = self._middleware_chain.func
+
+        def noted(request: Any) -> Any:
+            seen.append(threading.get_ident())
+            return inner(request)
+
+        self._middleware_chain = sync.sync_to_async(noted, thread_sensitive=True)
+
+    monkeypatch.setattr(OneThreadASGIHandler, "load_middleware", load)
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_requests_run_in_threads_the_process_keeps_and_the_event_loop_starts_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Django's handler started a thread for each request and another to join it, each start a
+    stall of the event loop while the new thread won the interpreter lock."""
+    path = f"/api/v1/runs/{uuid.uuid4()}"
+    started = _thread_starts(monkeypatch)
+
+    async def threads_started_by_four_more(application: Any) -> int:
+        """Threads started while four requests follow a first one (which may start what it needs)."""
+        assert (await _get(application, path))[0] == 401
+        before = len(started)
+        for _ in range(4):
+            assert (await _get(application, path))[0] == 401
+        return len(started) - before
+
+    assert async_to_sync(threads_started_by_four_more)(ASGIHandler()) >= 8  # the way it was: two a request
+    seen = _view_threads(monkeypatch)
+    handler = OneThreadASGIHandler()
+    assert async_to_sync(threads_started_by_four_more)(handler) == 0
+    # One thread, started for the first request and kept: each later request ran in it.
+    assert handler.threads.started() == 1 and len(seen) == 5 and len(set(seen)) == 1
+
+
+def test_a_thread_still_busy_with_an_abandoned_request_is_not_lent_to_the_next() -> None:
+    threads = RequestThreads()
+    first = threads.take()
+    release = threading.Event()
+    first.submit(release.wait, 10)  # a view still running, its client gone
+    threads.give_back(first)
+    assert threads.idle() == 0
+    second = threads.take()
+    assert second is not first
+    release.set()
+    wait_for(lambda: threads.idle() == 1)
+    assert threads.take() is first
+    for executor in (first, second):
+        executor.shutdown()
+
+
+def test_idle_threads_past_the_keep_are_let_go() -> None:
+    threads = RequestThreads(keep=1)
+    taken = [threads.take() for _ in range(3)]
+    names = [executor.submit(lambda: threading.current_thread()).result() for executor in taken]
+    for executor in taken:
+        threads.give_back(executor)
+    wait_for(lambda: threads.idle() == 1 and sum(thread.is_alive() for thread in names) == 1)
+    assert threads.started() == 3
+    threads.take().shutdown()
+
+
+def wait_for(condition: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within 10 s"
+        time.sleep(0.01)

@@ -85,16 +85,14 @@ class RequestThreads:
         self.keep = keep
         self._idle: deque[RequestThread] = deque()
         self._started = 0
-        self._lock = threading.Lock()
 
     def take(self) -> RequestThread:
+        """(The event loop's thread, the only caller.)"""
         try:
             return self._idle.pop()
         except IndexError:
-            with self._lock:
-                self._started += 1
-                number = self._started
-            return RequestThread(f"oz0-request-{number}")
+            self._started += 1
+            return RequestThread(f"oz0-request-{self._started}")
 
     def give_back(self, thread: RequestThread) -> None:
         # Lent again once it has nothing left to run: a request whose client went away mid-view

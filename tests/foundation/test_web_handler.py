@@ -5,7 +5,6 @@ the threads are the process's own, kept and reused, never started by the loop pe
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -16,6 +15,7 @@ from asgiref.testing import ApplicationCommunicator
 from django.core.handlers.asgi import ASGIHandler
 
 from oz0site.web_handler import OneThreadASGIHandler, RequestThreads
+from tests.conftest import wait_for
 
 
 async def _get(application: Any, path: str) -> tuple[int, bytes]:
@@ -148,7 +148,7 @@ def test_a_thread_still_busy_with_an_abandoned_request_is_not_lent_to_the_next()
     second = threads.take()
     assert second is not first
     release.set()
-    wait_for(lambda: threads.idle() == 1)
+    wait_for(lambda: threads.idle() == 1, timeout=10, interval=0.01, message="the first thread idle again")
     assert threads.take() is first
     for executor in (first, second):
         executor.shutdown()
@@ -157,16 +157,14 @@ def test_a_thread_still_busy_with_an_abandoned_request_is_not_lent_to_the_next()
 def test_idle_threads_past_the_keep_are_let_go() -> None:
     threads = RequestThreads(keep=1)
     taken = [threads.take() for _ in range(3)]
-    names = [executor.submit(lambda: threading.current_thread()).result() for executor in taken]
+    workers = [executor.submit(threading.current_thread).result() for executor in taken]
     for executor in taken:
         threads.give_back(executor)
-    wait_for(lambda: threads.idle() == 1 and sum(thread.is_alive() for thread in names) == 1)
+    wait_for(
+        lambda: threads.idle() == 1 and sum(worker.is_alive() for worker in workers) == 1,
+        timeout=10,
+        interval=0.01,
+        message="one idle thread kept, the others ended",
+    )
     assert threads.started() == 3
     threads.take().shutdown()
-
-
-def wait_for(condition: Any, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not within 10 s"
-        time.sleep(0.01)

@@ -393,6 +393,9 @@ OZ0_WORKER_BUSY_MESSAGES_PER_SECOND = env.float("OZ0_WORKER_BUSY_MESSAGES_PER_SE
 # (0: no share); the rest wait their turn, up to the wait, then 503 `workspace_busy`.
 OZ0_WEB_SLOTS_PER_WORKSPACE = env.int("OZ0_WEB_SLOTS_PER_WORKSPACE", default=2)
 OZ0_WEB_SLOT_WAIT_SECONDS = env.float("OZ0_WEB_SLOT_WAIT_SECONDS", default=30.0)
+# A busy workspace's requests running at once in a web process while another workspace used it in
+# the last seconds (oz0site/web_share.py); 0, or the share itself: the whole share.
+OZ0_WEB_BUSY_SLOTS = env.int("OZ0_WEB_BUSY_SLOTS", default=1)
 # While a request of a quiet workspace runs (one whose requests kept little of the web process
 # lately), a busy workspace's second or later request waits for it, and one already running pauses
 # before its next query, each at most this long over its life (oz0site/web_share.py); 0: no priority.

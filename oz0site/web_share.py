@@ -55,8 +55,7 @@ whole share, and a quiet workspace always has its whole share (one slot for ever
 a quiet workspace's page and its fragment then queued behind each other). Its other requests wait
 in its own queue as for a full share. The neighbors bench, three pairs alternated: the quiet
 read's p95 beside 24.9-33.5 ms against 39.0-51.8 with the whole share, and the busy workspace
-itself was served more, not less (its 20-call runs created: 99-149 against 38-52), its threads no
-longer taking the interpreter from each other.
+itself was served more, not less (its 20-call runs created: 99-149 against 38-52).
 """
 
 from __future__ import annotations

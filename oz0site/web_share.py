@@ -223,12 +223,12 @@ def take(request: HttpRequest, workspace_id: int) -> None:
     quiet_until = started + quiet_first
     with _lock:
         share = _shares.setdefault(workspace_id, _Share())
-        calm = _is_quiet(workspace_id, started)
-        quiet = quiet_first > 0 and calm  # goes first
+        quiet_lately = _is_quiet(workspace_id, started)
+        quiet = quiet_first > 0 and quiet_lately  # goes first
         if share.running == 0 and share.waiting == 0:
             _admit(request, workspace_id, share, quiet=quiet)
             return
-        if share.running < _slots_of(workspace_id, calm, started) and (
+        if share.running < _slots_of(workspace_id, quiet_lately, started) and (
             quiet or quiet_first <= 0 or not _another_quiet(workspace_id)
         ):
             _admit(request, workspace_id, share, quiet=quiet)

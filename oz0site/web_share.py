@@ -186,10 +186,10 @@ def _has_neighbour(workspace_id: int, now: float) -> bool:
     )
 
 
-def _slots_of(workspace_id: int, quiet: bool, now: float) -> int:
+def _slots_of(workspace_id: int, slots: int, quiet: bool, now: float) -> int:
     """(Under the lock.) How many of the workspace's requests may run at once in this process now:
-    its share, or OZ0_WEB_BUSY_SLOTS while it is busy and another workspace uses the process too."""
-    slots = int(settings.OZ0_WEB_SLOTS_PER_WORKSPACE)
+    its share (`slots`), or OZ0_WEB_BUSY_SLOTS while it is busy and another workspace uses the
+    process too."""
     busy_slots = int(settings.OZ0_WEB_BUSY_SLOTS)
     if quiet or not 0 < busy_slots < slots or not _has_neighbour(workspace_id, now):
         return slots
@@ -228,7 +228,7 @@ def take(request: HttpRequest, workspace_id: int) -> None:
         if share.running == 0 and share.waiting == 0:
             _admit(request, workspace_id, share, quiet=quiet)
             return
-        if share.running < _slots_of(workspace_id, quiet_lately, started) and (
+        if share.running < _slots_of(workspace_id, slots, quiet_lately, started) and (
             quiet or quiet_first <= 0 or not _another_quiet(workspace_id)
         ):
             _admit(request, workspace_id, share, quiet=quiet)
@@ -246,7 +246,7 @@ def take(request: HttpRequest, workspace_id: int) -> None:
                 now = time.monotonic()
                 first = share.queue[0] is ticket
                 # A request that waits is busy (its own share is full, or it was held back).
-                free = share.running < _slots_of(workspace_id, False, now)
+                free = share.running < _slots_of(workspace_id, slots, False, now)
                 if first and free and (now >= quiet_until or not _another_quiet(workspace_id)):
                     admitted = True
                     break
@@ -257,7 +257,7 @@ def take(request: HttpRequest, workspace_id: int) -> None:
                 # queue or another's quiet request ending; else at the end of the quiet-first wait,
                 # or of the whole wait.
                 wake_at = started + waited if not first or not free or now >= quiet_until else quiet_until
-                if first and not free and share.running < int(settings.OZ0_WEB_SLOTS_PER_WORKSPACE):
+                if first and not free and share.running < slots:
                     # Held to the busy share by a neighbour, which leaves with no notice.
                     wake_at = min(wake_at, now + BUSY_RECHECK_SECONDS)
                 _wait_for_quiet(workspace_id, wake_at - now, share.turn)
